@@ -1,0 +1,63 @@
+"""hf_lightning: the Hugging Face ``transformers`` Trainer API, running on PyTorch Lightning.
+
+Change ``from transformers import Trainer, TrainingArguments`` to
+``from hf_lightning import Trainer, TrainingArguments``; the script keeps working.
+Names are imported lazily so that ``import hf_lightning`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # vocabulary
+    "TrainingArguments": "training_args",
+    "OptimizerNames": "training_args",
+    "IntervalStrategy": "training_args",
+    "SaveStrategy": "training_args",
+    "SchedulerType": "training_args",
+    "HubStrategy": "training_args",
+    "Seq2SeqTrainingArguments": "training_args_seq2seq",
+    "HfArgumentParser": "argparser",
+    "TrainerCallback": "callbacks",
+    "TrainerState": "callbacks",
+    "TrainerControl": "callbacks",
+    "CallbackHandler": "callbacks",
+    "DefaultFlowCallback": "callbacks",
+    "PrinterCallback": "callbacks",
+    "ProgressCallback": "callbacks",
+    "EarlyStoppingCallback": "callbacks",
+    "ExportableState": "callbacks",
+    "TrainOutput": "trainer_utils",
+    "EvalPrediction": "trainer_utils",
+    "PredictionOutput": "trainer_utils",
+    "EvalLoopOutput": "trainer_utils",
+    "BestRun": "trainer_utils",
+    "set_seed": "trainer_utils",
+    "enable_full_determinism": "trainer_utils",
+    "get_last_checkpoint": "trainer_utils",
+    "get_scheduler": "optim",
+    "default_data_collator": "data",
+    "DataCollatorWithPadding": "data",
+    # facade
+    "Trainer": "trainer",
+    "Seq2SeqTrainer": "seq2seq",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'hf_lightning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hf_lightning.{module_name}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
