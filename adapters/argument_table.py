@@ -1,0 +1,382 @@
+"""The argument table: every ``TrainingArguments`` field, the object that carries it, and its status.
+
+One row per field, in the order of the specification. ``carrier`` names the Lightning object, callback
+or facade component that honours the field; ``status`` is one of:
+
+- ``"supported"``: the carrier implements it;
+- ``"not yet"``: nobody carries it yet; :func:`check_supported` refuses a non-default value;
+- ``"not applicable"``: transformers itself does not act on it (script flags, launcher values).
+
+``docs/arguments.md`` is rendered from this table by ``tools/gen_arguments_doc.py``; a test keeps
+the two in step and checks that the table and the dataclass name the same fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "ARGUMENT_TABLE",
+    "NOT_APPLICABLE",
+    "NOT_YET",
+    "SEQ2SEQ_ARGUMENT_TABLE",
+    "STATUSES",
+    "SUPPORTED",
+    "ArgumentRow",
+    "carriers_for",
+    "check_supported",
+    "is_default_value",
+    "non_default_fields",
+    "not_yet_fields",
+    "render_markdown",
+    "table_for",
+]
+
+SUPPORTED = "supported"
+NOT_YET = "not yet"
+NOT_APPLICABLE = "not applicable"
+STATUSES = (SUPPORTED, NOT_YET, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class ArgumentRow:
+    """Who carries one ``TrainingArguments`` field, and whether it works today."""
+
+    carrier: str
+    """The Lightning object, callback or facade component that honours the field."""
+    status: str = SUPPORTED
+    """One of :data:`STATUSES`."""
+
+
+def _rows(status: str, rows: Mapping[str, str]) -> dict[str, ArgumentRow]:
+    return {name: ArgumentRow(carrier, status) for name, carrier in rows.items()}
+
+
+_FACADE_OPT = "Trainer facade (optimizer)"
+_FACADE_SCHED = "Trainer facade (LR scheduler)"
+_EVAL = "Evaluation loop"
+_CKPT = "HFCheckpoint callback"
+_BEST = "HFCheckpoint callback (best model tracking)"
+_HUB = "Hub upload (not built)"
+_DATA = "DataSettings → DataLoader"
+_DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
+_TRACKIO = "Trackio logger (not built)"
+_SCRIPT = "informational (for the user's script; stored in to_dict)"
+
+# Ordered as in the specification; see ``render_markdown`` for the rendered form.
+_TABLE: dict[str, ArgumentRow] = {
+    **_rows(
+        SUPPORTED,
+        {
+            "output_dir": "lightning.Trainer(default_root_dir) + HFCheckpoint callback",
+            "per_device_train_batch_size": f"{_DATA} (train batch_size)",
+            "num_train_epochs": "lightning.Trainer(max_epochs, max_steps)",
+            "max_steps": "lightning.Trainer(max_steps)",
+            "learning_rate": _FACADE_OPT,
+            "lr_scheduler_type": _FACADE_SCHED,
+            "lr_scheduler_kwargs": _FACADE_SCHED,
+            "warmup_steps": _FACADE_SCHED,
+            "optim": _FACADE_OPT,
+            "optim_args": _FACADE_OPT,
+            "weight_decay": f"{_FACADE_OPT}, decay parameter groups",
+            "adam_beta1": _FACADE_OPT,
+            "adam_beta2": _FACADE_OPT,
+            "adam_epsilon": _FACADE_OPT,
+        },
+    ),
+    "optim_target_modules": ArgumentRow("GaLore / APOLLO optimizers (not built)", NOT_YET),
+    **_rows(
+        SUPPORTED,
+        {
+            "gradient_accumulation_steps": "HFModule (one Lightning batch = one accumulation window)",
+            "average_tokens_across_devices": "HFModule (num_items_in_batch all-reduced across ranks)",
+            "max_grad_norm": "HFModule (manual clipping, grad_norm logged)",
+            "label_smoothing_factor": "HFModule (label smoother)",
+            "bf16": "lightning.Trainer(precision='bf16-mixed')",
+            "fp16": "lightning.Trainer(precision='16-mixed')",
+            "bf16_full_eval": f"{_EVAL} (model cast to bfloat16)",
+            "fp16_full_eval": f"{_EVAL} (model cast to float16)",
+            "tf32": "Trainer facade (torch TF32 matmul flags)",
+            "activation_checkpointing": "HFModule (activation checkpointing on the model)",
+            "activation_checkpointing_kwargs": "HFModule (activation checkpointing on the model)",
+            "gradient_checkpointing": "alias of activation_checkpointing",
+            "gradient_checkpointing_kwargs": "alias of activation_checkpointing_kwargs",
+            "torch_compile": "HFModule (torch.compile)",
+            "torch_compile_backend": "HFModule (torch.compile backend)",
+            "torch_compile_mode": "HFModule (torch.compile mode)",
+        },
+    ),
+    "use_liger_kernel": ArgumentRow("Liger kernels (not built)", NOT_YET),
+    "liger_kernel_config": ArgumentRow("Liger kernels (not built)", NOT_YET),
+    **_rows(
+        SUPPORTED,
+        {
+            "use_cache": "Trainer facade (model.config.use_cache)",
+            "neftune_noise_alpha": "NEFTune callback",
+            "torch_empty_cache_steps": "HFModule (empties the accelerator cache every N steps)",
+        },
+    ),
+    "auto_find_batch_size": ArgumentRow("batch-size finder on out-of-memory (not built)", NOT_YET),
+    **_rows(
+        SUPPORTED,
+        {
+            "logging_strategy": "HF logging (DefaultFlowCallback should_log)",
+            "logging_steps": "HF logging + lightning.Trainer(log_every_n_steps)",
+            "logging_first_step": "HF logging (DefaultFlowCallback should_log)",
+            "log_on_each_node": "Trainer facade (per-process log level)",
+            "logging_nan_inf_filter": "HFModule (NaN/Inf losses left out of the logged loss)",
+            "include_num_input_tokens_seen": "HFModule (num_input_tokens_seen in trainer_state)",
+            "log_level": "Trainer facade (per-process log level)",
+            "log_level_replica": "Trainer facade (per-process log level)",
+            "disable_tqdm": "lightning.Trainer(enable_progress_bar)",
+            "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger)",
+            "run_name": "Lightning loggers (run name / version)",
+            "project": "WandbLogger(project) / CometLogger(project)",
+        },
+    ),
+    "trackio_space_id": ArgumentRow(_TRACKIO, NOT_YET),
+    "trackio_bucket_id": ArgumentRow(_TRACKIO, NOT_YET),
+    "trackio_static_space_id": ArgumentRow(_TRACKIO, NOT_YET),
+    **_rows(
+        SUPPORTED,
+        {
+            "eval_strategy": f"{_EVAL} (when to evaluate)",
+            "eval_steps": f"{_EVAL} (when to evaluate)",
+            "eval_delay": f"{_EVAL} (when to evaluate)",
+            "per_device_eval_batch_size": f"{_DATA} (eval batch_size)",
+            "prediction_loss_only": _EVAL,
+            "eval_on_start": f"{_EVAL} (evaluation before the first step)",
+            "eval_do_concat_batches": f"{_EVAL} (gathering predictions)",
+            "eval_use_gather_object": f"{_EVAL} (gathering predictions)",
+            "eval_accumulation_steps": f"{_EVAL} (offloading predictions to CPU)",
+            "include_for_metrics": f"{_EVAL} (compute_metrics inputs)",
+            "batch_eval_metrics": f"{_EVAL} (compute_metrics per batch)",
+            "save_only_model": _CKPT,
+            "save_strategy": _CKPT,
+            "save_steps": _CKPT,
+            "save_on_each_node": _CKPT,
+            "save_total_limit": f"{_CKPT} (rotation)",
+            "enable_jit_checkpoint": "JITCheckpoint callback",
+        },
+    ),
+    **_rows(
+        NOT_YET,
+        {
+            "push_to_hub": _HUB,
+            "hub_token": _HUB,
+            "hub_private_repo": _HUB,
+            "hub_model_id": _HUB,
+            "hub_strategy": _HUB,
+            "hub_always_push": _HUB,
+            "hub_revision": _HUB,
+        },
+    ),
+    **_rows(
+        SUPPORTED,
+        {
+            "load_best_model_at_end": _BEST,
+            "metric_for_best_model": _BEST,
+            "greater_is_better": _BEST,
+            "ignore_data_skip": "Trainer facade (resume: skipping seen batches)",
+            "restore_callback_states_from_checkpoint": "Trainer facade (resume: callback states)",
+            "full_determinism": "lightning.Trainer(deterministic, benchmark) + enable_full_determinism",
+            "seed": "Trainer facade (set_seed before model_init)",
+            "data_seed": "Samplers (generator seed)",
+            "use_cpu": "lightning.Trainer(accelerator='cpu')",
+        },
+    ),
+    "accelerator_config": ArgumentRow("Accelerate configuration (no Lightning equivalent built)", NOT_YET),
+    "parallelism_config": ArgumentRow("tensor / context parallelism (not built)", NOT_YET),
+    **_rows(
+        SUPPORTED,
+        {
+            "dataloader_drop_last": f"{_DATA} (drop_last)",
+            "dataloader_num_workers": f"{_DATA} (num_workers)",
+            "dataloader_pin_memory": f"{_DATA} (pin_memory)",
+            "dataloader_persistent_workers": f"{_DATA} (persistent_workers)",
+            "dataloader_prefetch_factor": f"{_DATA} (prefetch_factor)",
+            "dataloader_multiprocessing_context": f"{_DATA} (multiprocessing_context)",
+            "dataloader_in_order": f"{_DATA} (in_order)",
+            "remove_unused_columns": "Trainer facade (drops columns the model's forward does not take)",
+            "label_names": "HFModule / evaluation loop (label keys)",
+            "train_sampling_strategy": "Samplers (random, sequential, group_by_length, batch_rebalance)",
+            "length_column_name": "Samplers (precomputed lengths)",
+            "ddp_find_unused_parameters": f"{_DDP}(find_unused_parameters)",
+            "ddp_bucket_cap_mb": f"{_DDP}(bucket_cap_mb)",
+            "ddp_broadcast_buffers": f"{_DDP}(broadcast_buffers)",
+            "ddp_static_graph": f"{_DDP}(static_graph)",
+            "ddp_backend": f"{_DDP}(process_group_backend)",
+            "ddp_timeout": f"{_DDP}(timeout)",
+        },
+    ),
+    "fsdp": ArgumentRow("FSDPStrategy (not built)", NOT_YET),
+    "fsdp_config": ArgumentRow("FSDPStrategy (not built)", NOT_YET),
+    "deepspeed": ArgumentRow("DeepSpeedStrategy (not built)", NOT_YET),
+    "debug": ArgumentRow("debug tools: underflow/overflow detection (not built)", NOT_YET),
+    "skip_memory_metrics": ArgumentRow("memory metrics (not built; only the default True works)", NOT_YET),
+    **_rows(
+        NOT_APPLICABLE,
+        {
+            "do_train": _SCRIPT,
+            "do_eval": _SCRIPT,
+            "do_predict": _SCRIPT,
+            "resume_from_checkpoint": f"{_SCRIPT}; pass it to Trainer.train()",
+            "local_rank": "informational (ranks come from the launcher's environment)",
+        },
+    ),
+}
+
+_SEQ2SEQ_TABLE: dict[str, ArgumentRow] = {
+    "sortish_sampler": ArgumentRow("informational (transformers does not read it either)", NOT_APPLICABLE),
+    "predict_with_generate": ArgumentRow("Seq2SeqTrainer (generate during evaluation)"),
+    "generation_max_length": ArgumentRow("Seq2SeqTrainer (generate max_length)"),
+    "generation_num_beams": ArgumentRow("Seq2SeqTrainer (generate num_beams)"),
+    "generation_config": ArgumentRow("Seq2SeqTrainer (GenerationConfig)"),
+}
+
+ARGUMENT_TABLE: Mapping[str, ArgumentRow] = MappingProxyType(_TABLE)
+"""Every ``TrainingArguments`` field → its carrier and status."""
+
+SEQ2SEQ_ARGUMENT_TABLE: Mapping[str, ArgumentRow] = MappingProxyType(_SEQ2SEQ_TABLE)
+"""The fields ``Seq2SeqTrainingArguments`` adds → their carrier and status."""
+
+
+def table_for(args: Any) -> Mapping[str, ArgumentRow]:
+    """The rows that apply to ``args`` (an instance or class): the seq2seq rows join when it has them."""
+    names = {f.name for f in dataclasses.fields(args)}
+    if names & set(_SEQ2SEQ_TABLE):
+        return MappingProxyType({**_TABLE, **_SEQ2SEQ_TABLE})
+    return ARGUMENT_TABLE
+
+
+def carriers_for(args: Any) -> Mapping[str, str]:
+    """For each field of ``args`` that the table knows, the object that carries it."""
+    table = table_for(args)
+    return MappingProxyType(
+        {f.name: table[f.name].carrier for f in dataclasses.fields(args) if f.name in table}
+    )
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def is_default_value(value: Any, default: Any) -> bool:
+    """Whether ``value`` means the same as ``default`` after ``__post_init__`` normalisation.
+
+    Normalisation turns some defaults into equivalents: ``""`` into ``[]``, ``None`` into an empty
+    config object, a string into a ``str`` enum member.
+    """
+    if isinstance(value, Enum):
+        value = value.value
+    if _equal(value, default):
+        return True
+    if _is_empty(default) and _is_empty(value):
+        return True
+    if default is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        try:
+            return _equal(value, type(value)())
+        except TypeError:  # the config class has required fields: not a default instance
+            return False
+    return False
+
+
+def _equal(left: Any, right: Any) -> bool:
+    try:
+        return bool(left == right)
+    except Exception:  # tensors, arrays: an ambiguous truth value means "not the default"
+        return False
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or value is False or (isinstance(value, (str, list, dict, tuple)) and not value)
+
+
+def non_default_fields(args: Any) -> list[str]:
+    """The fields of ``args`` (an instance) whose value differs from the field's default, in field order."""
+    return [
+        field.name
+        for field in dataclasses.fields(args)
+        if not is_default_value(getattr(args, field.name), _field_default(field))
+    ]
+
+
+def not_yet_fields(args: Any) -> list[str]:
+    """The "not yet" fields of ``args`` that hold a non-default value, in field order."""
+    table = table_for(args)
+    return [name for name in non_default_fields(args) if name in table and table[name].status == NOT_YET]
+
+
+def check_supported(args: Any) -> None:
+    """Raise one ``NotImplementedError`` naming every "not yet" field that ``args`` sets."""
+    names = not_yet_fields(args)
+    if not names:
+        return
+    calls = "\n".join(f"  `TrainingArguments({name}={getattr(args, name)!r})`" for name in names)
+    raise NotImplementedError(
+        f"These arguments are not supported by hf_lightning yet; leave them at their defaults:\n{calls}\n"
+        "See docs/arguments.md for the carrier of every argument."
+    )
+
+
+def _cell(value: Any) -> str:
+    text = f'"{value}"' if isinstance(value, str) else repr(value)
+    return text.replace("|", "\\|")
+
+
+def _table_lines(args_cls: type, rows: Mapping[str, ArgumentRow]) -> list[str]:
+    lines = ["| field | default | carrier | status |", "|---|---|---|---|"]
+    for field in dataclasses.fields(args_cls):
+        row = rows.get(field.name)
+        if row is None:
+            continue
+        default = _field_default(field)
+        shown = "required" if default is dataclasses.MISSING else _cell(default)
+        lines.append(f"| `{field.name}` | `{shown}` | {row.carrier} | {row.status} |")
+    return lines
+
+
+def _summary(rows: Mapping[str, ArgumentRow]) -> list[str]:
+    counts = {status: sum(row.status == status for row in rows.values()) for status in STATUSES}
+    not_yet = ", ".join(f"`{name}`" for name, row in rows.items() if row.status == NOT_YET)
+    return [
+        ", ".join(f"{count} {status}" for status, count in counts.items()) + ".",
+        "",
+        f"Not yet: {not_yet}.",
+    ]
+
+
+def render_markdown(training_cls: type, seq2seq_cls: type | None = None) -> str:
+    """The argument table as a markdown page: field, default, carrier, status for every field."""
+    lines = [
+        "# TrainingArguments: where each argument goes",
+        "",
+        "Generated by `python tools/gen_arguments_doc.py` from `adapters/argument_table.py`; do not edit.",
+        "`print(to_lightning(args))` shows the same carriers for the arguments of one run.",
+        "",
+        "Status: **supported**: the carrier implements it; **not yet**: a non-default value raises",
+        "`NotImplementedError` naming it; **not applicable**: transformers does not act on it either.",
+        "",
+        *_table_lines(training_cls, ARGUMENT_TABLE),
+        "",
+        *_summary(ARGUMENT_TABLE),
+    ]
+    if seq2seq_cls is not None:
+        lines += [
+            "",
+            "## Seq2SeqTrainingArguments",
+            "",
+            "Everything above, plus:",
+            "",
+            *_table_lines(seq2seq_cls, SEQ2SEQ_ARGUMENT_TABLE),
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,69 @@
+"""Run ``hf_lightning.Trainer.train()`` on a ``lightning.Trainer``.
+
+The facade hands over the loop driver (its HF state machine), the training DataLoader and the
+run's length; this module turns the arguments into a ``lightning.Trainer`` through
+``to_lightning`` and fits an ``HFModule`` on accumulation windows of the DataLoader.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import lightning as L
+import torch
+from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback
+from hf_lightning.adapters.module import HFModule
+from hf_lightning.adapters.plan import to_lightning
+from hf_lightning.adapters.windows import AccumulationWindows
+
+__all__ = ["FitRequest", "run_fit"]
+
+
+@dataclass
+class FitRequest:
+    """What one ``train()`` call needs from the engine."""
+
+    trainer: Any  # the hf_lightning.Trainer facade (duck-typed: args, model, optimizer, ...)
+    driver: Any  # its loop driver (HF events, log_history)
+    dataloader: Any
+    max_steps: int  # total optimizer steps of the whole run (as transformers computes them)
+    num_train_epochs: int
+    num_update_steps_per_epoch: int
+    initial_global_step: int = 0
+    epochs_trained: int = 0
+    skip_windows: int = 0
+
+
+def run_fit(request: FitRequest) -> HFModule:
+    """Fit the facade's model for the remaining steps; return the fitted module."""
+    facade, args = request.trainer, request.trainer.args
+    plan = to_lightning(args, env=dict(os.environ), cuda_available=torch.cuda.is_available(),
+                        num_update_steps_per_epoch=request.num_update_steps_per_epoch)
+    kwargs = dict(plan.trainer_kwargs)
+    remaining = request.max_steps - request.initial_global_step
+    kwargs["max_steps"] = max(remaining, 0)
+    kwargs["max_epochs"] = max(request.num_train_epochs - request.epochs_trained, 1)
+    kwargs["enable_progress_bar"] = False  # HF's ProgressCallback draws the bar
+    kwargs["logger"] = False  # loggers receive HF logs through on_log
+    kwargs["limit_val_batches"] = 0
+    module = HFModule(facade.model, args, driver=request.driver,
+                      optimizers=(facade.optimizer, facade.lr_scheduler),
+                      shift_labels=getattr(facade, "loss_shifts_labels", None),
+                      compute_loss_func=facade.compute_loss_func)
+    loggers = list(plan.loggers)
+    if loggers:
+        facade.callback_handler.add_callback(LightningLoggersCallback(loggers))
+    facade.accelerator.bind(module)
+    windows = AccumulationWindows(request.dataloader, args.gradient_accumulation_steps,
+                                  skip_windows=request.skip_windows)
+    engine = L.Trainer(**kwargs)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*train_dataloader.*num_workers.*")
+        engine.fit(module, train_dataloaders=windows)
+    for logger in loggers:
+        logger.finalize("success")
+    return module

@@ -1,0 +1,214 @@
+"""``HFModule``: a real ``LightningModule`` around any model that follows the HF conventions.
+
+The model's ``forward`` takes the batch dict as keyword arguments and returns a ``ModelOutput``,
+a dict or a tuple with the loss first when labels are given. ``HFModule`` trains it with
+transformers' semantics under a plain ``lightning.Trainer``:
+
+- Manual optimization. Each Lightning batch is one gradient-accumulation window (a list of
+  micro-batches, see ``AccumulationWindows``; a plain dict batch is a window of one), so the loss of
+  every micro-batch is normalised by ``num_items_in_batch`` of the whole window before the first
+  backward, and ``trainer.global_step`` counts optimizer updates.
+- ``max_grad_norm`` clipping after mixed-precision unscaling, with the pre-clip norm kept as
+  ``grad_norm``; the learning-rate scheduler steps once per optimizer update.
+- What happens around each step (HF callback events, ``log_history``) is the job of a *driver*:
+  ``hf_lightning.Trainer`` passes its own; alone, ``StandaloneDriver`` logs the loss to Lightning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import nn
+
+from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
+from hf_lightning.training_args import TrainingArguments
+
+__all__ = ["HFModule", "StandaloneDriver"]
+
+
+class StandaloneDriver:
+    """The driver of an ``HFModule`` fitted by a plain ``lightning.Trainer``: no HF events.
+
+    Subclass it (or pass any object with these methods) to observe the training loop.
+    """
+
+    def bind(self, module: HFModule) -> None:
+        self.module = module
+
+    def training_step(self, model: nn.Module, inputs: Mapping[str, Any], num_items_in_batch: Any) -> torch.Tensor:
+        module = self.module
+        loss = compute_model_loss(model, inputs, module.loss_settings, num_items_in_batch=num_items_in_batch)
+        if not module.loss_settings.loss_is_scaled_for_ga(num_items_in_batch):
+            loss = loss / module.window_size
+        module.manual_backward(loss)
+        return loss.detach()
+
+    def on_train_begin(self) -> None: ...
+    def on_epoch_begin(self) -> None: ...
+    def on_step_begin(self) -> None: ...
+    def on_substep_end(self) -> None: ...
+    def on_pre_optimizer_step(self) -> None: ...
+    def on_optimizer_step(self) -> None: ...
+    def on_epoch_end(self) -> None: ...
+    def on_train_end(self) -> None: ...
+
+    def on_micro_batch_end(self, inputs: Mapping[str, Any], loss: torch.Tensor) -> None:
+        self._window_loss = loss if not hasattr(self, "_window_loss") else self._window_loss + loss
+
+    def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None:
+        loss, self._window_loss = self._window_loss, 0.0
+        module = self.module
+        module.log("train_loss", loss, prog_bar=True, on_step=True, batch_size=1)
+        module.log("learning_rate", learning_rate, on_step=True, batch_size=1)
+        if grad_norm is not None:
+            module.log("grad_norm", grad_norm, on_step=True, batch_size=1)
+
+    def should_stop_epoch(self) -> bool:
+        return False
+
+
+class HFModule(L.LightningModule):
+    """Implements transformers' training step on Lightning for an HF-convention ``model``.
+
+    Args:
+        model: the model to train (``forward(**batch)`` returns the loss first when labels are given).
+        args: the ``TrainingArguments`` whose optimizer, scheduler, clipping and accumulation settings
+            apply (defaults to ``TrainingArguments()``).
+        driver: who receives the step events (``hf_lightning.Trainer`` passes its own).
+        optimizers: ``(optimizer, lr_scheduler)`` to use instead of building them from ``args``.
+        shift_labels: whether the model's loss predicts ``labels[..., 1:]``; inferred when None.
+        compute_loss_func: ``compute_loss_func(outputs, labels, num_items_in_batch)`` replacing the
+            model's own loss.
+    """
+
+    def __init__(self, model: nn.Module, args: TrainingArguments | None = None, *, driver: Any = None,
+                 optimizers: tuple[Any, Any] = (None, None), shift_labels: bool | None = None,
+                 compute_loss_func: Any = None) -> None:
+        super().__init__()
+        self.model = model
+        self.args = args if args is not None else TrainingArguments()
+        self.automatic_optimization = False
+        self.driver = driver if driver is not None else StandaloneDriver()
+        self.driver.bind(self)
+        self._optimizers_given = optimizers
+        self._shift_labels = shift_labels
+        self._compute_loss_func = compute_loss_func
+        self.loss_settings = self._loss_settings(world_size=1)
+        self.window_size = 1
+        self.last_grad_norm: float | None = None
+
+    def _loss_settings(self, world_size: int) -> LossSettings:
+        return LossSettings.for_model(
+            self.model, label_smoothing_factor=self.args.label_smoothing_factor,
+            compute_loss_func=self._compute_loss_func,
+            average_tokens_across_devices=self.args.average_tokens_across_devices,
+            world_size=world_size, shift_labels=self._shift_labels)
+
+    def forward(self, **inputs: Any) -> Any:
+        return self.model(**inputs)
+
+    # --- Lightning hooks -------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
+
+    def configure_optimizers(self) -> Any:
+        optimizer, scheduler = self._optimizers_given
+        if optimizer is None:
+            from hf_lightning.optim import create_optimizer
+
+            optimizer = create_optimizer(self.model, self.args)
+        if scheduler is None:
+            from hf_lightning.optim import get_scheduler
+
+            total = int(self.trainer.estimated_stepping_batches)
+            scheduler = get_scheduler(
+                self.args.lr_scheduler_type, optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(total), num_training_steps=total,
+                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs or {})
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_start(self) -> None:
+        self.driver.on_train_begin()
+
+    def on_train_epoch_start(self) -> None:
+        self.driver.on_epoch_begin()
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> int | None:
+        return -1 if self.driver.should_stop_epoch() else None
+
+    def on_train_epoch_end(self) -> None:
+        self.driver.on_epoch_end()
+
+    def on_train_end(self) -> None:
+        self.driver.on_train_end()
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        window = self._as_window(batch)
+        optimizer = self.optimizers()
+        num_items = self.count_items(window)
+        self.window_size = len(window)
+        self.model.train()
+        for index, inputs in enumerate(window):
+            if index == 0:
+                self.driver.on_step_begin()
+            loss = self.driver.training_step(self.model, inputs, num_items)
+            self.driver.on_micro_batch_end(inputs, loss)
+            if index < len(window) - 1:
+                self.driver.on_substep_end()
+        optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
+        self.driver.on_optimizer_step()
+        learning_rate = self.current_learning_rate()
+        scheduler = self.lr_schedulers()
+        if scheduler is not None and not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            scheduler.step()
+        self.model.zero_grad()
+        self.driver.on_step_end(self.last_grad_norm, learning_rate)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        max_norm = self.args.max_grad_norm
+        limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
+        self.last_grad_norm = float(norm)
+        self.driver.on_pre_optimizer_step()
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _as_window(self, batch: Any) -> list[Any]:
+        if isinstance(batch, Mapping):
+            if self.args.gradient_accumulation_steps > 1:
+                raise ValueError(
+                    f"HFModule got a single batch but `args.gradient_accumulation_steps="
+                    f"{self.args.gradient_accumulation_steps}`: wrap the training DataLoader in "
+                    "`hf_lightning.adapters.AccumulationWindows(loader, steps)` so each Lightning batch "
+                    "holds the micro-batches of one optimizer step")
+            return [batch]
+        if isinstance(batch, Sequence) and batch and all(isinstance(b, Mapping) for b in batch):
+            return list(batch)
+        raise TypeError(
+            "HFModule expects a batch dict or a list of batch dicts (one gradient-accumulation window), "
+            f"got {type(batch).__name__}")
+
+    def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
+        """``num_items_in_batch`` of a window, summed over data-parallel ranks when averaging tokens."""
+        if not self.loss_settings.counts_items():
+            return None
+        count = count_items_in_batch(window, shift_labels=self.loss_settings.shift_labels)
+        if count is None:
+            return None
+        count = count.to(self.device)
+        if self.args.average_tokens_across_devices and self.trainer.world_size > 1:
+            count = self.trainer.strategy.reduce(count, reduce_op="sum")
+        return count
+
+    def current_learning_rate(self) -> float:
+        """The learning rate of the first parameter group as the scheduler last set it."""
+        scheduler = self.lr_schedulers()
+        if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            optimizer = self.optimizers()
+            optimizer = getattr(optimizer, "optimizer", optimizer)
+            return float(optimizer.param_groups[0]["lr"])
+        return float(scheduler.get_last_lr()[0])

@@ -1,0 +1,373 @@
+"""``to_lightning(args)``: translate a ``TrainingArguments`` into Lightning objects, once.
+
+The result, a frozen :class:`LightningPlan`, holds plain values grouped by who consumes them:
+``trainer_kwargs`` for ``lightning.Trainer``, ``module`` for ``HFModule``, ``data`` for the data
+loaders and samplers, ``distributed`` for the strategy, ``logger_specs`` for the loggers. Print a plan
+to see which object carries each argument::
+
+    plan = to_lightning(args, env=os.environ, cuda_available=torch.cuda.is_available())
+    print(plan)
+    trainer = lightning.Trainer(**plan.trainer_kwargs, callbacks=[...])
+
+The translation is a pure function: it reads only its arguments (the launcher's variables come in
+through ``env``) and builds the strategy and loggers lazily, on first access.
+
+Fixed by design, whatever the arguments: ``HFModule`` optimises manually and each Lightning batch is
+one gradient-accumulation window, so Lightning sees ``accumulate_grad_batches=1`` and
+``gradient_clip_val=None`` (clipping is ``HFModule``'s) and ``trainer.global_step`` counts optimizer
+updates; checkpoints (HF folder format) and samplers are ours, so Lightning's are off.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+import torch
+from hf_lightning.adapters.argument_table import carriers_for, check_supported, non_default_fields
+from hf_lightning.adapters.loggers import LoggerSpec, logger_specs
+from hf_lightning.adapters.strategy import DistributedSettings, build_strategy, distributed_settings
+
+__all__ = ["DataSettings", "LightningPlan", "ModuleSettings", "to_lightning"]
+
+
+@dataclass(frozen=True)
+class ModuleSettings:
+    """What ``HFModule`` needs to reproduce transformers' training step."""
+
+    gradient_accumulation_steps: int
+    max_grad_norm: float | None
+    """Clip the global gradient norm to this; ``None`` or 0 disables clipping."""
+    average_tokens_across_devices: bool
+    label_smoothing_factor: float
+    logging_nan_inf_filter: bool
+    include_num_input_tokens_seen: str
+    """``"no"``, ``"all"`` or ``"non_padding"`` (booleans map to ``"all"`` / ``"no"``)."""
+    neftune_noise_alpha: float | None
+    torch_empty_cache_steps: int | None
+    torch_compile: bool
+    """On when asked for, or when a backend or mode is given."""
+    torch_compile_backend: str | None
+    torch_compile_mode: str | None
+    activation_checkpointing: bool
+    activation_checkpointing_kwargs: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """What the data loaders and samplers need."""
+
+    per_device_train_batch_size: int
+    per_device_eval_batch_size: int
+    dataloader_drop_last: bool
+    dataloader_num_workers: int
+    dataloader_pin_memory: bool
+    """Off with ``use_cpu``, as in transformers."""
+    dataloader_persistent_workers: bool
+    dataloader_prefetch_factor: int | None
+    dataloader_multiprocessing_context: str | None
+    dataloader_in_order: bool
+    seed: int
+    data_seed: int | None
+    train_sampling_strategy: str
+    length_column_name: str
+    remove_unused_columns: bool
+    label_names: tuple[str, ...] | None
+
+    @property
+    def sampler_seed(self) -> int:
+        """The seed of the samplers' generator: ``data_seed``, else ``seed``."""
+        return self.seed if self.data_seed is None else self.data_seed
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """``DataLoader`` keyword arguments shared by training and evaluation (no batch size, sampler)."""
+        return {
+            "num_workers": self.dataloader_num_workers,
+            "pin_memory": self.dataloader_pin_memory,
+            "persistent_workers": self.dataloader_persistent_workers,
+            "prefetch_factor": self.dataloader_prefetch_factor,
+            "multiprocessing_context": self.dataloader_multiprocessing_context,
+            "in_order": self.dataloader_in_order,
+        }
+
+
+@dataclass(frozen=True)
+class LightningPlan:
+    """``TrainingArguments`` translated for Lightning: plain values, grouped by consumer.
+
+    Equal arguments give equal plans. ``trainer_kwargs``, ``strategy`` and ``loggers`` are built from
+    the values on first access and then kept, so ``plan.trainer_kwargs["logger"]`` holds the very
+    objects in ``plan.loggers``.
+    """
+
+    trainer_settings: Mapping[str, Any]
+    """The ``lightning.Trainer`` keyword arguments that are plain values."""
+    precision: str
+    """Training precision: ``"bf16-mixed"``, ``"16-mixed"`` or ``"32-true"``."""
+    eval_precision: str | None
+    """``"bf16-true"`` / ``"16-true"`` with ``bf16_full_eval`` / ``fp16_full_eval``, else ``None``."""
+    eval_dtype: torch.dtype | None
+    """The dtype the evaluation loop casts the model to, or ``None`` to evaluate as trained."""
+    distributed: DistributedSettings
+    logger_specs: tuple[LoggerSpec, ...]
+    module: ModuleSettings
+    data: DataSettings
+    seed: int
+    full_determinism: bool
+    tf32: bool | None
+    num_update_steps_per_epoch: int | None
+    carriers: Mapping[str, str] = field(repr=False)
+    """For each ``TrainingArguments`` field, the object that carries it (``docs/arguments.md``)."""
+    arguments_set: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """``(name, repr(value))`` of every argument that differs from its default, in field order."""
+
+    @cached_property
+    def strategy(self) -> Any:
+        """``"auto"`` or a ``DDPStrategy`` configured from the ``ddp_*`` arguments."""
+        return build_strategy(self.distributed)
+
+    @cached_property
+    def loggers(self) -> tuple[Any, ...]:
+        """The Lightning loggers named by ``report_to``."""
+        return tuple(spec.build() for spec in self.logger_specs)
+
+    @property
+    def plugins(self) -> tuple[Any, ...]:
+        """Extra ``lightning.Trainer`` plugins; precision and environment need none today."""
+        return ()
+
+    @cached_property
+    def trainer_kwargs(self) -> Mapping[str, Any]:
+        """Keyword arguments for ``lightning.Trainer``; add your ``callbacks``."""
+        return MappingProxyType(
+            {
+                **self.trainer_settings,
+                "strategy": self.strategy,
+                "logger": list(self.loggers) or False,
+                "plugins": list(self.plugins) or None,
+            }
+        )
+
+    def describe(self) -> str:
+        """A readable account of the plan: Lightning arguments, strategy, loggers and groups."""
+        settings = "\n".join(f"    {key}={value!r}," for key, value in self.trainer_settings.items())
+        loggers = ", ".join(spec.describe() for spec in self.logger_specs) or "none (report_to='none')"
+        evaluation = (
+            f"{self.eval_precision} (model cast to {self.eval_dtype})"
+            if self.eval_precision
+            else "as trained"
+        )
+        return "\n".join(
+            [
+                "LightningPlan",
+                f"  lightning.Trainer(\n{settings}\n  )",
+                f"  strategy: {self.distributed.describe()}",
+                f"  loggers: {loggers}",
+                f"  evaluation precision: {evaluation}",
+                f"  HFModule: {_describe_group(self.module)}",
+                f"  data: {_describe_group(self.data)}",
+                f"  seed={self.seed}, full_determinism={self.full_determinism}, tf32={self.tf32}",
+                "  arguments set -> carrier:",
+                *(
+                    f"    {name}={value} -> {self.carriers.get(name, 'not read by hf_lightning')}"
+                    for name, value in self.arguments_set
+                ),
+            ]
+        )
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _describe_group(group: Any) -> str:
+    text = ", ".join(f"{f.name}={getattr(group, f.name)!r}" for f in fields(group))
+    return textwrap.fill(text, width=106, subsequent_indent="    ", break_long_words=False)
+
+
+def _duration(args: Any, steps_per_epoch: int | None) -> tuple[int, int]:
+    """``(max_steps, max_epochs)`` for Lightning, with transformers' arithmetic."""
+    if args.max_steps > 0:
+        return int(args.max_steps), -1
+    epochs = float(args.num_train_epochs)
+    if steps_per_epoch is not None:
+        return math.ceil(epochs * steps_per_epoch), math.ceil(epochs)
+    if epochs != int(epochs):
+        raise ValueError(
+            f"`TrainingArguments(num_train_epochs={args.num_train_epochs})` is fractional: pass "
+            "`to_lightning(args, num_update_steps_per_epoch=...)` so training can stop partway "
+            "through the last epoch, or set `max_steps`"
+        )
+    return -1, int(epochs)
+
+
+def _log_every_n_steps(args: Any, max_steps: int) -> int | None:
+    """``logging_steps`` when logging by steps; a ratio needs the total number of steps."""
+    if _str(args.logging_strategy) != "steps":
+        return None
+    steps = args.logging_steps
+    if steps >= 1:
+        return int(steps)
+    if steps > 0 and max_steps > 0:
+        return max(1, math.ceil(max_steps * steps))
+    return None
+
+
+def _str(value: Any) -> Any:
+    """The plain value of a ``str`` enum member."""
+    return getattr(value, "value", value)
+
+
+def _precisions(args: Any) -> tuple[str, str | None, torch.dtype | None]:
+    if args.bf16 and args.fp16:
+        raise ValueError("`TrainingArguments(bf16=True, fp16=True)` is contradictory; set at most one")
+    if args.bf16_full_eval and args.fp16_full_eval:
+        raise ValueError(
+            "`TrainingArguments(bf16_full_eval=True, fp16_full_eval=True)` is contradictory; set at most one"
+        )
+    precision = "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "32-true"
+    if args.bf16_full_eval:
+        return precision, "bf16-true", torch.bfloat16
+    if args.fp16_full_eval:
+        return precision, "16-true", torch.float16
+    return precision, None, None
+
+
+def _trainer_settings(
+    args: Any, distributed: DistributedSettings, precision: str, steps_per_epoch: int | None
+) -> dict[str, Any]:
+    max_steps, max_epochs = _duration(args, steps_per_epoch)
+    return {
+        "accelerator": distributed.accelerator,
+        "devices": distributed.devices,
+        "num_nodes": distributed.num_nodes,
+        "precision": precision,
+        "max_steps": max_steps,
+        "max_epochs": max_epochs,
+        "deterministic": True if args.full_determinism else None,
+        "benchmark": False if args.full_determinism else None,
+        "enable_progress_bar": not bool(args.disable_tqdm),
+        "log_every_n_steps": _log_every_n_steps(args, max_steps),
+        "enable_checkpointing": False,
+        "use_distributed_sampler": False,
+        "num_sanity_val_steps": 0,
+        "accumulate_grad_batches": 1,
+        "gradient_clip_val": None,
+        "default_root_dir": args.output_dir,
+        "enable_model_summary": False,
+    }
+
+
+def _tokens_seen(value: Any) -> str:
+    if isinstance(value, bool):
+        return "all" if value else "no"
+    return str(_str(value))
+
+
+def _checkpointing(args: Any) -> tuple[bool, Mapping[str, Any] | None]:
+    """``activation_checkpointing`` and its kwargs, falling back to the deprecated ``gradient_*`` names."""
+    enabled = getattr(args, "activation_checkpointing", None)
+    if enabled is None:
+        enabled = getattr(args, "gradient_checkpointing", None)
+    kwargs = getattr(args, "activation_checkpointing_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(args, "gradient_checkpointing_kwargs", None)
+    return bool(enabled), (MappingProxyType(dict(kwargs)) if kwargs else None)
+
+
+def _module_settings(args: Any) -> ModuleSettings:
+    compile_on = bool(args.torch_compile or args.torch_compile_backend or args.torch_compile_mode)
+    backend = args.torch_compile_backend or ("inductor" if compile_on else None)
+    checkpointing, checkpointing_kwargs = _checkpointing(args)
+    return ModuleSettings(
+        gradient_accumulation_steps=int(args.gradient_accumulation_steps),
+        max_grad_norm=args.max_grad_norm,
+        average_tokens_across_devices=bool(args.average_tokens_across_devices),
+        label_smoothing_factor=float(args.label_smoothing_factor),
+        logging_nan_inf_filter=bool(args.logging_nan_inf_filter),
+        include_num_input_tokens_seen=_tokens_seen(args.include_num_input_tokens_seen),
+        neftune_noise_alpha=args.neftune_noise_alpha,
+        torch_empty_cache_steps=args.torch_empty_cache_steps,
+        torch_compile=compile_on,
+        torch_compile_backend=backend,
+        torch_compile_mode=args.torch_compile_mode,
+        activation_checkpointing=checkpointing,
+        activation_checkpointing_kwargs=checkpointing_kwargs,
+    )
+
+
+def _data_settings(args: Any) -> DataSettings:
+    return DataSettings(
+        per_device_train_batch_size=int(args.per_device_train_batch_size),
+        per_device_eval_batch_size=int(args.per_device_eval_batch_size),
+        dataloader_drop_last=bool(args.dataloader_drop_last),
+        dataloader_num_workers=int(args.dataloader_num_workers),
+        dataloader_pin_memory=bool(args.dataloader_pin_memory) and not args.use_cpu,
+        dataloader_persistent_workers=bool(args.dataloader_persistent_workers),
+        dataloader_prefetch_factor=args.dataloader_prefetch_factor,
+        dataloader_multiprocessing_context=args.dataloader_multiprocessing_context,
+        dataloader_in_order=bool(args.dataloader_in_order),
+        seed=int(args.seed),
+        data_seed=args.data_seed,
+        train_sampling_strategy=str(_str(args.train_sampling_strategy)),
+        length_column_name=args.length_column_name,
+        remove_unused_columns=bool(args.remove_unused_columns),
+        label_names=tuple(args.label_names) if args.label_names is not None else None,
+    )
+
+
+def to_lightning(
+    args: Any,
+    *,
+    env: Mapping[str, str] | None = None,
+    num_update_steps_per_epoch: int | None = None,
+    cuda_available: bool = False,
+) -> LightningPlan:
+    """Translate ``args`` (a ``TrainingArguments``) into a :class:`LightningPlan`.
+
+    Args:
+        args: the training arguments.
+        env: the launcher's environment (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, tracker variables such
+            as ``TENSORBOARD_LOGGING_DIR``); pass ``os.environ`` to use the process's own. Default: empty.
+        num_update_steps_per_epoch: optimizer updates in one epoch, when the training data has a
+            length; turns ``num_train_epochs`` into ``max_steps`` (needed when it is fractional).
+        cuda_available: pass ``torch.cuda.is_available()`` to train on CUDA.
+
+    Raises:
+        NotImplementedError: ``args`` sets arguments that hf_lightning does not carry yet (all named).
+        ValueError: an argument (or launcher variable) has a value that cannot be honoured.
+        ImportError: ``report_to`` names a tracker whose package is not installed.
+    """
+    check_supported(args)
+    if num_update_steps_per_epoch is not None and (
+        isinstance(num_update_steps_per_epoch, bool)
+        or not isinstance(num_update_steps_per_epoch, int)
+        or num_update_steps_per_epoch < 1
+    ):
+        raise ValueError(
+            f"`to_lightning(num_update_steps_per_epoch={num_update_steps_per_epoch!r})` must be a positive int"
+        )
+    env = {} if env is None else dict(env)
+    distributed = distributed_settings(args, env, cuda_available=cuda_available)
+    precision, eval_precision, eval_dtype = _precisions(args)
+    settings = _trainer_settings(args, distributed, precision, num_update_steps_per_epoch)
+    return LightningPlan(
+        trainer_settings=MappingProxyType(settings),
+        precision=precision,
+        eval_precision=eval_precision,
+        eval_dtype=eval_dtype,
+        distributed=distributed,
+        logger_specs=logger_specs(args, env),
+        module=_module_settings(args),
+        data=_data_settings(args),
+        seed=int(args.seed),
+        full_determinism=bool(args.full_determinism),
+        tf32=args.tf32,
+        num_update_steps_per_epoch=num_update_steps_per_epoch,
+        carriers=carriers_for(args),
+        arguments_set=tuple((name, repr(getattr(args, name))) for name in non_default_fields(args)),
+    )

@@ -1,0 +1,337 @@
+"""The HF checkpoint folder format: write, read, rotate and find ``output_dir/checkpoint-{global_step}``.
+
+A checkpoint folder holds what ``transformers.Trainer`` writes, under the same names, so either program
+resumes the other's checkpoints::
+
+    checkpoint-{N}/
+        model.safetensors         (or the model's save_pretrained output: config.json, shards, ...)
+        optimizer.pt  scheduler.pt  scaler.pt (when a grad scaler is used)
+        rng_state.pth             (rng_state_{rank}.pth when world_size > 1)
+        trainer_state.json        (written by the state object's save_to_json)
+        training_args.bin         (see below)
+        training_args.json        (our addition: the same arguments as readable JSON)
+        <processing class files>  (tokenizer / processor save_pretrained output, when given)
+
+``training_args.bin``: transformers pickles its whole ``TrainingArguments`` object into it, which can only
+be read back with ``torch.load(weights_only=False)``, i.e. by trusting the file to run code. We write
+``torch.save(args.to_dict())`` instead: a plain dict that ``torch.load(..., weights_only=True)`` reads,
+next to ``training_args.json`` with the same content. transformers never reads this file back when
+resuming, so the difference does not affect interchange; :func:`load_training_args` reads ours and
+refuses transformers' pickled object with a :class:`CheckpointError`.
+
+Beyond transformers, a save is crash-safe: everything is written into the hidden sibling
+``.tmp-checkpoint-{N}`` that holds ``checkpoint-is-incomplete.txt`` while it is written; the files are
+fsynced, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step. A save killed
+at any point leaves either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
+objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
+:class:`CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from hf_lightning.checkpoint_folders import (
+    INCOMPLETE_SENTINEL_NAME,
+    OPTIMIZER_NAME,
+    PREFIX_CHECKPOINT_DIR,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    TRAINER_STATE_NAME,
+    find_resumable_checkpoint,
+    is_checkpoint_complete,
+    remove_folder,
+    rotate_checkpoints,
+    sorted_checkpoints,
+)
+from hf_lightning.checkpoint_io import (
+    TRAINING_ARGS_JSON_NAME,
+    TRAINING_ARGS_NAME,
+    CheckpointError,
+    atomic_torch_save,
+    fsync_dir,
+    fsync_tree,
+    load_training_args,
+    safe_torch_load,
+    torch_save,
+    write_training_args,
+)
+from hf_lightning.checkpoint_weights import load_model_weights, save_model_weights
+from hf_lightning.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
+
+__all__ = [
+    "INCOMPLETE_SENTINEL_NAME",
+    "OPTIMIZER_NAME",
+    "PREFIX_CHECKPOINT_DIR",
+    "SCALER_NAME",
+    "SCHEDULER_NAME",
+    "TRAINER_STATE_NAME",
+    "TRAINING_ARGS_JSON_NAME",
+    "TRAINING_ARGS_NAME",
+    "CheckpointError",
+    "capture_rng_state",
+    "checkpoint_path",
+    "find_resumable_checkpoint",
+    "is_checkpoint_complete",
+    "load_model_weights",
+    "load_optimizer_and_scheduler",
+    "load_rng_state",
+    "load_training_args",
+    "rotate_checkpoints",
+    "save_checkpoint",
+    "save_model",
+    "sorted_checkpoints",
+    "staging_path",
+    "write_rank_files",
+    "write_training_args",
+]
+
+logger = logging.getLogger(__name__)
+
+ExtraFile = bytes | str | Callable[[str], None]
+
+
+def checkpoint_path(output_dir: str | os.PathLike[str], global_step: int) -> str:
+    """``output_dir/checkpoint-{global_step}``."""
+    return os.path.join(os.fspath(output_dir), f"{PREFIX_CHECKPOINT_DIR}-{global_step}")
+
+
+def staging_path(output_dir: str | os.PathLike[str], global_step: int) -> str:
+    """``output_dir/.tmp-checkpoint-{global_step}``: where a save is written before it is published."""
+    return os.path.join(os.fspath(output_dir), f".tmp-{PREFIX_CHECKPOINT_DIR}-{global_step}")
+
+
+def save_model(
+    model: torch.nn.Module,
+    output_dir: str | os.PathLike[str],
+    *,
+    processing_class: Any = None,
+    args: Any = None,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+) -> None:
+    """``Trainer.save_model``: the model (save_pretrained or ``model.safetensors``), processor and arguments.
+
+    Writes in place (``output_dir`` usually also holds the checkpoints); call it on the main process only.
+    """
+    output_dir = os.fspath(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    save_model_weights(model, output_dir, state_dict=state_dict)
+    if processing_class is not None:
+        processing_class.save_pretrained(output_dir)
+    if args is not None:
+        write_training_args(output_dir, args)
+
+
+def write_rank_files(
+    folder: str | os.PathLike[str],
+    process_index: int = 0,
+    world_size: int = 1,
+    *,
+    rng_state: dict[str, Any] | None = None,
+) -> str:
+    """Write this process's own files (its RNG state) into ``folder``; returns the file written.
+
+    ``folder`` must exist (the main process creates it, see :func:`save_checkpoint`). The file is replaced
+    atomically, so a rank killed here leaves the previous file or none, never a truncated one.
+    """
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise CheckpointError(
+            f"`write_rank_files(folder={folder!r})`: the folder does not exist; the main process must create "
+            "it (save_checkpoint on the main process) before the other ranks write their files.",
+            folder,
+        )
+    state = rng_state if rng_state is not None else capture_rng_state(distributed=world_size > 1)
+    path = os.path.join(folder, rng_state_file_name(process_index, world_size))
+    atomic_torch_save(state, path)
+    return path
+
+
+def _write_state(state: Any, path: str) -> None:
+    if callable(getattr(state, "save_to_json", None)):
+        state.save_to_json(path)
+    elif isinstance(state, Mapping):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(dict(state), indent=2, sort_keys=True) + "\n")
+    else:
+        raise TypeError(
+            f"`save_checkpoint(state=...)` must have a `save_to_json(path)` method or be a mapping, "
+            f"got {type(state).__name__}."
+        )
+
+
+def _write_extra_files(folder: str, extra_files: Mapping[str, ExtraFile] | None) -> None:
+    for name, content in (extra_files or {}).items():
+        if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
+            raise ValueError(
+                f"`save_checkpoint(extra_files=...)` keys must be plain file names, got {name!r}."
+            )
+        path = os.path.join(folder, name)
+        if callable(content):
+            content(path)
+        else:
+            with open(path, "wb") as handle:
+                handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+
+def _begin_staging(staging: str, global_step: int) -> None:
+    if os.path.lexists(staging):  # left over from a save that was killed
+        shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    with open(os.path.join(staging, INCOMPLETE_SENTINEL_NAME), "w", encoding="utf-8") as handle:
+        handle.write(f"Checkpoint for step {global_step} is being written; this folder is not usable yet.\n")
+
+
+def _write_main_files(staging: str, options: dict[str, Any]) -> None:
+    save_model(options["model"], staging, processing_class=options["processing_class"], args=options["args"])
+    if not options["save_only_model"]:
+        for name, holder in (
+            (OPTIMIZER_NAME, "optimizer"),
+            (SCHEDULER_NAME, "scheduler"),
+            (SCALER_NAME, "scaler"),
+        ):
+            if options[holder] is not None:
+                torch_save(options[holder].state_dict(), os.path.join(staging, name))
+    if options["state"] is not None:
+        _write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
+    _write_extra_files(staging, options["extra_files"])
+
+
+def _publish(staging: str, final: str) -> None:
+    """Make ``staging`` durable, drop its sentinel and rename it to ``final`` (replacing an older one)."""
+    fsync_tree(staging)
+    os.remove(os.path.join(staging, INCOMPLETE_SENTINEL_NAME))
+    fsync_dir(staging)
+    if os.path.lexists(final):
+        # Two renames: a crash between them leaves no checkpoint-N (never a mixed one), and resuming
+        # falls back to the previous step. The old copy is then deleted like rotation deletes folders.
+        parent, name = os.path.split(final)
+        previous = os.path.join(parent, f".old-{name}-{os.getpid()}")
+        os.replace(final, previous)
+        os.replace(staging, final)
+        fsync_dir(parent or ".")
+        remove_folder(previous)
+    else:
+        os.replace(staging, final)
+    fsync_dir(os.path.dirname(final) or ".")
+
+
+def _check_save_call(global_step: Any, process_index: int, world_size: int) -> None:
+    if isinstance(global_step, bool) or not isinstance(global_step, int) or global_step < 0:
+        raise ValueError(f"`save_checkpoint(global_step={global_step!r})` must be a non-negative int.")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"`save_checkpoint(world_size={world_size!r})` must be an int >= 1.")
+    if not isinstance(process_index, int) or not 0 <= process_index < world_size:
+        raise ValueError(
+            f"`save_checkpoint(process_index={process_index!r})` must be in [0, world_size={world_size})."
+        )
+
+
+def save_checkpoint(
+    output_dir: str | os.PathLike[str],
+    global_step: int,
+    *,
+    model: torch.nn.Module,
+    optimizer: Any = None,
+    scheduler: Any = None,
+    scaler: Any = None,
+    state: Any = None,
+    args: Any = None,
+    processing_class: Any = None,
+    save_only_model: bool = False,
+    process_index: int = 0,
+    world_size: int = 1,
+    is_main_process: bool = True,
+    extra_files: Mapping[str, ExtraFile] | None = None,
+    barrier: Callable[[], None] | None = None,
+) -> str:
+    """Write ``output_dir/checkpoint-{global_step}`` crash-safely; returns its path.
+
+    ``state`` is written by its ``save_to_json(path)`` (a plain mapping is written as JSON); without it the
+    folder is not resumable (see :func:`is_checkpoint_complete`). ``save_only_model`` writes neither
+    optimizer, scheduler, scaler nor RNG files. ``extra_files`` maps plain file names to bytes, text, or a
+    callable that writes the given path; they are published together with the rest. Saving the same step
+    again replaces the previous folder.
+
+    Several processes (``world_size > 1``) call it with the same ``output_dir`` and ``global_step``:
+
+    - with ``barrier`` (e.g. ``torch.distributed.barrier``) every rank calls ``save_checkpoint``. The main
+      process creates the staging folder, [barrier], every rank writes ``rng_state_{rank}.pth`` into it while
+      the main process writes the shared files, [barrier], the main process publishes, [barrier]. The
+      published folder is complete with every rank's file.
+    - without ``barrier`` the main process saves and publishes with its own RNG file; after the caller's own
+      barrier, the other ranks call ``save_checkpoint(..., is_main_process=False)`` (or
+      :func:`write_rank_files` on the published folder) to add theirs, each file replaced atomically.
+    """
+    _check_save_call(global_step, process_index, world_size)
+    final = checkpoint_path(output_dir, global_step)
+    if not is_main_process and barrier is None:  # the main process has published `final` already
+        if not save_only_model:
+            write_rank_files(final, process_index, world_size)
+        return final
+    staging = staging_path(output_dir, global_step)
+    if is_main_process:
+        os.makedirs(os.fspath(output_dir), exist_ok=True)
+        _begin_staging(staging, global_step)
+    _call(barrier)
+    if is_main_process:
+        options = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, state=state,
+                       args=args, processing_class=processing_class, save_only_model=save_only_model,
+                       extra_files=extra_files)  # fmt: skip
+        _write_main_files(staging, options)
+    if not save_only_model:
+        write_rank_files(staging, process_index, world_size)
+    _call(barrier)
+    if is_main_process:
+        _publish(staging, final)
+    _call(barrier)
+    return final
+
+
+def _call(barrier: Callable[[], None] | None) -> None:
+    if barrier is not None:
+        barrier()
+
+
+def load_optimizer_and_scheduler(
+    folder: str | os.PathLike[str],
+    optimizer: Any,
+    scheduler: Any = None,
+    scaler: Any = None,
+    map_location: Any = "cpu",
+) -> list[str]:
+    """Restore ``optimizer`` / ``scheduler`` / ``scaler`` from ``folder``; returns the file names loaded.
+
+    Each file is read with ``torch.load(weights_only=True)``. A file that is absent is skipped and logged
+    (a ``save_only_model`` checkpoint has none); one that is damaged, unsafe or does not fit its target
+    raises :class:`CheckpointError` naming it.
+    """
+    folder = os.fspath(folder)
+    loaded = []
+    for name, target, location in (
+        (OPTIMIZER_NAME, optimizer, map_location),
+        (SCHEDULER_NAME, scheduler, "cpu"),
+        (SCALER_NAME, scaler, "cpu"),
+    ):
+        if target is None:
+            continue
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            logger.info("No %s in `%s`; the %s keeps its current state.", name, folder, type(target).__name__)
+            continue
+        state_dict = safe_torch_load(path, map_location=location)
+        try:
+            target.load_state_dict(state_dict)
+        except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
+            raise CheckpointError(
+                f"`{path}` does not fit the given {type(target).__name__}: {exc}", path
+            ) from exc
+        loaded.append(name)
+    return loaded

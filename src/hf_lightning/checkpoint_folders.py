@@ -1,0 +1,197 @@
+"""The ``output_dir/checkpoint-{global_step}`` folders: names, completeness, ordering, rotation, resume.
+
+Ordering and rotation follow transformers' ``sort_checkpoints`` / ``rotate_checkpoints`` with numeric
+ordering (transformers tries modification times first and falls back to numbers when they are less
+than a second apart; step numbers are what the names promise, so we always use them). Rotation keeps
+the newest checkpoint (for resuming) and the best one (for ``load_best_model_at_end``), and deletes a
+folder by first renaming it out of the ``checkpoint-*`` namespace, so an interrupted deletion never
+leaves a half-deleted ``checkpoint-N`` that looks resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+
+from hf_lightning.checkpoint_weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
+
+__all__ = [
+    "INCOMPLETE_SENTINEL_NAME",
+    "OPTIMIZER_NAME",
+    "PREFIX_CHECKPOINT_DIR",
+    "SCALER_NAME",
+    "SCHEDULER_NAME",
+    "TRAINER_STATE_NAME",
+    "checkpoint_problem",
+    "find_resumable_checkpoint",
+    "is_checkpoint_complete",
+    "remove_folder",
+    "rotate_checkpoints",
+    "sorted_checkpoints",
+]
+
+PREFIX_CHECKPOINT_DIR = "checkpoint"
+OPTIMIZER_NAME = "optimizer.pt"
+SCHEDULER_NAME = "scheduler.pt"
+SCALER_NAME = "scaler.pt"
+TRAINER_STATE_NAME = "trainer_state.json"
+INCOMPLETE_SENTINEL_NAME = "checkpoint-is-incomplete.txt"
+
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+logger = logging.getLogger(__name__)
+
+
+def _same_path(first: str, second: str) -> bool:
+    return os.path.normpath(os.path.abspath(first)) == os.path.normpath(os.path.abspath(second))
+
+
+def _index_shards_missing(folder: str) -> str | None:
+    for index_name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME):
+        index = os.path.join(folder, index_name)
+        if not os.path.isfile(index):
+            continue
+        try:
+            with open(index, encoding="utf-8") as handle:
+                shards = set(json.load(handle)["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"its weight index {index_name} is unreadable"
+        absent = sorted(shard for shard in shards if not os.path.isfile(os.path.join(folder, shard)))
+        if absent:
+            return f"the shards {absent} listed in {index_name} are missing"
+    return None
+
+
+def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Why ``folder`` cannot be resumed from, or ``None`` when it is complete."""
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        return "it is not a folder"
+    if os.path.exists(os.path.join(folder, INCOMPLETE_SENTINEL_NAME)):
+        return f"it still holds {INCOMPLETE_SENTINEL_NAME}, so its save never finished"
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES):
+        return f"it has no model weights (one of {', '.join(WEIGHT_FILE_NAMES)})"
+    if not os.path.isfile(os.path.join(folder, TRAINER_STATE_NAME)):
+        return f"it has no {TRAINER_STATE_NAME}"
+    empty = sorted(
+        name
+        for name in (*WEIGHT_FILE_NAMES, TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME)
+        if os.path.isfile(os.path.join(folder, name)) and os.path.getsize(os.path.join(folder, name)) == 0
+    )
+    if empty:
+        return f"its files {empty} are empty"
+    return _index_shards_missing(folder)
+
+
+def is_checkpoint_complete(folder: str | os.PathLike[str]) -> bool:
+    """True when ``folder`` holds no incomplete-save sentinel, has model weights and ``trainer_state.json``.
+
+    ``optimizer.pt`` / ``scheduler.pt`` are optional: a ``save_only_model`` checkpoint has neither.
+    """
+    return checkpoint_problem(folder) is None
+
+
+def _step_of(name: str) -> int | None:
+    match = _CHECKPOINT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def sorted_checkpoints(
+    output_dir: str | os.PathLike[str], best_model_checkpoint: str | None = None
+) -> list[str]:
+    """``checkpoint-N`` folders in ``output_dir``, oldest step first.
+
+    When ``best_model_checkpoint`` is one of them and not the newest, it is moved just before the newest,
+    as transformers' ``sort_checkpoints`` does, so that deleting from the front spares it.
+    """
+    output_dir = os.fspath(output_dir)
+    if not os.path.isdir(output_dir):
+        return []
+    found = []
+    for name in os.listdir(output_dir):
+        step = _step_of(name)
+        if step is not None and os.path.isdir(os.path.join(output_dir, name)):
+            found.append((step, str(Path(output_dir) / name)))
+    ordered = [path for _, path in sorted(found)]
+    if best_model_checkpoint is not None and ordered and not _same_path(ordered[-1], best_model_checkpoint):
+        best = [path for path in ordered if _same_path(path, best_model_checkpoint)]
+        if best:
+            newest = ordered[-1]
+            ordered = [path for path in ordered if path not in (best[0], newest)] + [best[0], newest]
+    return ordered
+
+
+def remove_folder(path: str) -> None:
+    """Delete ``path`` after renaming it to a hidden sibling, so a crash mid-delete leaves no ``checkpoint-N``."""
+    parent, name = os.path.split(os.path.normpath(path))
+    trash = os.path.join(parent, f".trash-{name}-{os.getpid()}")
+    try:
+        os.replace(path, trash)
+    except OSError:
+        trash = path
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _final_prune(checkpoints: list[str], best: str) -> list[str]:
+    if not any(_same_path(path, best) for path in checkpoints):
+        logger.warning("Best checkpoint `%s` is gone; keeping every checkpoint.", best)
+        return []
+    doomed = [path for path in checkpoints if not _same_path(path, best)]
+    for path in doomed:
+        logger.info("Deleting checkpoint `%s` (save_total_limit=1 keeps only the best one).", path)
+        remove_folder(path)
+    return doomed
+
+
+def rotate_checkpoints(
+    output_dir: str | os.PathLike[str],
+    save_total_limit: int | None,
+    best_model_checkpoint: str | None = None,
+    *,
+    at_train_end: bool = False,
+) -> list[str]:
+    """Delete the oldest checkpoints beyond ``save_total_limit``; returns the deleted paths.
+
+    The newest checkpoint and ``best_model_checkpoint`` are always kept, so ``save_total_limit=1`` with a
+    best checkpoint that is not the newest keeps two. ``None`` or a limit <= 0 deletes nothing. With
+    ``at_train_end=True`` this is the pass transformers makes after training instead: when
+    ``save_total_limit == 1`` and a best checkpoint is known, every other checkpoint goes.
+    """
+    if save_total_limit is None or save_total_limit <= 0:
+        return []
+    checkpoints = sorted_checkpoints(output_dir)
+    if at_train_end:
+        if save_total_limit != 1 or best_model_checkpoint is None:
+            return []
+        return _final_prune(checkpoints, best_model_checkpoint)
+    if len(checkpoints) <= save_total_limit:
+        return []
+    protected = [checkpoints[-1]]
+    if best_model_checkpoint is not None and not _same_path(best_model_checkpoint, checkpoints[-1]):
+        protected.append(best_model_checkpoint)
+    keep = max(save_total_limit, len(protected))
+    deleted: list[str] = []
+    for path in checkpoints:
+        if len(checkpoints) - len(deleted) <= keep:
+            break
+        if not any(_same_path(path, kept) for kept in protected):
+            logger.info("Deleting older checkpoint `%s` (save_total_limit=%d).", path, save_total_limit)
+            remove_folder(path)
+            deleted.append(path)
+    return deleted
+
+
+def find_resumable_checkpoint(
+    output_dir: str | os.PathLike[str], logger: logging.Logger | None = None
+) -> str | None:
+    """The newest complete ``checkpoint-N`` in ``output_dir`` (``None`` if none); each skipped one is logged."""
+    log = logger if logger is not None else logging.getLogger(__name__)
+    for path in reversed(sorted_checkpoints(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        log.warning("Skipping checkpoint `%s` when looking for one to resume from: %s.", path, problem)
+    return None

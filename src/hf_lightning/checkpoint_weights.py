@@ -1,0 +1,181 @@
+"""Model weights in the HF checkpoint folder: write and read ``model.safetensors`` and its variants.
+
+Writing: a model with ``save_pretrained`` writes its own files (config, safetensors, shards); any other
+``nn.Module`` gets one ``model.safetensors`` from its state dict (metadata ``{"format": "pt"}``, as
+transformers writes it). safetensors refuses tensors that share memory, so tied weights (the GPT-2
+``lm_head.weight`` is ``transformer.wte.weight``) are written once, under the first name in the state dict.
+
+Reading: ``model.safetensors``, ``model.safetensors.index.json`` (shards), ``pytorch_model.bin`` or its
+index, the ``.bin`` files with ``weights_only=True``. A key missing from the file is not an error when
+the model ties it to a key the file has: loading the kept name fills both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import safetensors.torch
+import torch
+from torch import nn
+
+from hf_lightning.checkpoint_io import CheckpointError, load_safetensors, safe_torch_load
+
+__all__ = [
+    "SAFE_WEIGHTS_INDEX_NAME",
+    "SAFE_WEIGHTS_NAME",
+    "WEIGHTS_INDEX_NAME",
+    "WEIGHTS_NAME",
+    "WEIGHT_FILE_NAMES",
+    "dedupe_shared_tensors",
+    "load_model_weights",
+    "save_model_weights",
+    "unwrap_model",
+]
+
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+WEIGHTS_NAME = "pytorch_model.bin"
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+WEIGHT_FILE_NAMES = (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME)
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """Strip ``DistributedDataParallel`` / ``DataParallel`` and ``torch.compile`` wrappers."""
+    while True:
+        if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def _alias_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return None
+    storage = tensor.untyped_storage().data_ptr()
+    return (storage, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+
+
+def dedupe_shared_tensors(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A state dict safetensors accepts: exact aliases kept once (first name), other overlaps copied."""
+    kept: dict[str, torch.Tensor] = {}
+    seen_alias: set[tuple[Any, ...]] = set()
+    seen_storage: set[int] = set()
+    for name, tensor in state_dict.items():
+        tensor = tensor.detach()
+        key = _alias_key(tensor)
+        if key is not None and key in seen_alias:
+            continue
+        if key is not None:
+            seen_alias.add(key)
+            if key[0] in seen_storage:  # overlaps another kept tensor without being the same view
+                tensor = tensor.clone()
+            seen_storage.add(key[0])
+        kept[name] = tensor.contiguous()
+    return kept
+
+
+def save_model_weights(
+    model: nn.Module, folder: str, state_dict: Mapping[str, torch.Tensor] | None = None
+) -> None:
+    """Write ``model`` into ``folder``: its ``save_pretrained`` when it has one, else ``model.safetensors``."""
+    model = unwrap_model(model)
+    os.makedirs(folder, exist_ok=True)
+    if callable(getattr(model, "save_pretrained", None)):
+        kwargs = {} if state_dict is None else {"state_dict": dict(state_dict)}
+        model.save_pretrained(folder, **kwargs)
+        return
+    tensors = dedupe_shared_tensors(model.state_dict() if state_dict is None else state_dict)
+    tensors = {name: tensor.cpu() for name, tensor in tensors.items()}
+    safetensors.torch.save_file(tensors, os.path.join(folder, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
+
+
+def _read_index(path: str) -> dict[str, str]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            weight_map = json.load(handle)["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"Checkpoint index `{path}` is truncated or corrupt ({exc}).", path) from exc
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"Checkpoint index `{path}` has no `weight_map` object.", path)
+    return weight_map
+
+
+def _locate_weights(
+    folder: str,
+) -> tuple[list[str], set[str] | None, Callable[[str], dict[str, torch.Tensor]]]:
+    """Shard paths, the keys an index promises (None for one file), and the loader for them."""
+    loaders = {"safetensors": load_safetensors, "torch": lambda path: safe_torch_load(path, "cpu")}
+    for name, kind, indexed in (
+        (SAFE_WEIGHTS_NAME, "safetensors", False),
+        (SAFE_WEIGHTS_INDEX_NAME, "safetensors", True),
+        (WEIGHTS_NAME, "torch", False),
+        (WEIGHTS_INDEX_NAME, "torch", True),
+    ):
+        path = os.path.join(folder, name)
+        if not os.path.isfile(path):
+            continue
+        if not indexed:
+            return [path], None, loaders[kind]
+        weight_map = _read_index(path)
+        shards = [os.path.join(folder, shard) for shard in sorted(set(weight_map.values()))]
+        for shard in shards:
+            if not os.path.isfile(shard):
+                raise CheckpointError(f"Shard `{shard}` listed in `{path}` is missing.", shard)
+        return shards, set(weight_map), loaders[kind]
+    raise CheckpointError(
+        f"No model weights in `{folder}`: expected one of {', '.join(WEIGHT_FILE_NAMES)}.", folder
+    )
+
+
+def _mismatch(model: nn.Module, loaded: set[str]) -> tuple[list[str], list[str]]:
+    """Missing and unexpected keys, where a key tied to a loaded key does not count as missing."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    expected = model.state_dict(keep_vars=True)
+    for name, tensor in expected.items():
+        key = _alias_key(tensor)
+        groups.setdefault(key if key is not None else ("solo", name), []).append(name)
+    missing = []
+    for names in groups.values():
+        if not any(name in loaded for name in names):
+            missing.extend(names)
+    unexpected = sorted(name for name in loaded if name not in expected)
+    return sorted(missing), unexpected
+
+
+def _short(names: list[str]) -> str:
+    return ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+
+
+def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict: bool = True) -> Any:
+    """Load the weights in ``folder`` into ``model``; returns torch's ``(missing_keys, unexpected_keys)``.
+
+    With ``strict=True`` a key the model lacks, or a model key neither in the files nor tied to one that is,
+    raises :class:`CheckpointError` before any weight is changed.
+    """
+    folder = os.fspath(folder)
+    model = unwrap_model(model)
+    paths, index_keys, loader = _locate_weights(folder)
+    first = None if index_keys is not None else loader(paths[0])
+    keys = index_keys if index_keys is not None else set(first)
+    missing, unexpected = _mismatch(model, keys)
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"`load_model_weights(strict=True)`: the weights in `{folder}` do not match "
+            f"{type(model).__name__}. Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}].",
+            folder,
+        )
+    for path in paths:
+        state_dict = first if first is not None else loader(path)
+        try:
+            model.load_state_dict(state_dict, strict=False)
+        except RuntimeError as exc:
+            raise CheckpointError(
+                f"The weights in `{path}` do not fit {type(model).__name__}: {exc}", path
+            ) from exc
+        del state_dict
+    return nn.modules.module._IncompatibleKeys(missing, unexpected)

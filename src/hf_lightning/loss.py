@@ -1,0 +1,204 @@
+"""The loss of one micro-batch, normalised over the whole gradient-accumulation window.
+
+This is the engine-free core shared by ``Trainer.compute_loss`` and ``HFModule``:
+
+- ``count_items_in_batch`` counts the target tokens of a whole accumulated batch (labels != -100;
+  the shifted labels ``labels[..., 1:]`` for causal language models), the ``num_items_in_batch``
+  that transformers passes to ``model.forward`` and to ``compute_loss_func``.
+- ``compute_model_loss`` runs the model on one micro-batch and returns its share of the window's
+  loss, exactly as transformers' ``Trainer.compute_loss`` does.
+
+Divergences from transformers (documented in DESIGN.md, each tested):
+1. causal LMs are recognised by their loss type *or* their class/config, so GPT-2's count is of the
+   shifted labels (transformers counts the unshifted ones for ``GPT2LMHeadModel``);
+5. label smoothing works for a plain ``nn.Module`` without a ``config``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "IGNORE_INDEX",
+    "LabelSmoother",
+    "LossSettings",
+    "compute_model_loss",
+    "count_items_in_batch",
+    "loss_shifts_labels",
+    "model_accepts_loss_kwargs",
+    "unwrap_model",
+]
+
+IGNORE_INDEX = -100
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's model inside DDP/compile wrappers (``.module`` / ``._orig_mod`` chains)."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def model_accepts_loss_kwargs(model: nn.Module) -> bool:
+    """Whether ``model.forward`` takes ``num_items_in_batch`` (an explicit attribute wins, then ``**kwargs``)."""
+    model = unwrap_model(model)
+    explicit = getattr(model, "accepts_loss_kwargs", None)
+    if isinstance(explicit, bool):
+        return explicit
+    params = inspect.signature(model.forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def loss_shifts_labels(model: nn.Module) -> bool:
+    """Whether the model's own loss predicts ``labels[..., 1:]`` (a decoder-only causal LM).
+
+    transformers decides this from the loss-type registry only, which misses ``GPT2LMHeadModel``;
+    we also recognise the usual class names. Pass ``shift_labels=`` explicitly where neither works.
+    """
+    model = unwrap_model(model)
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(model, "loss_type", None) == "ForCausalLM":
+        return True
+    name = type(model).__name__
+    return name.endswith("ForCausalLM") or name.endswith("LMHeadModel")
+
+
+def count_items_in_batch(
+    batches: Sequence[Mapping[str, Any]], *, shift_labels: bool
+) -> torch.Tensor | None:
+    """The number of target tokens in a whole accumulated batch, or None when it cannot be counted.
+
+    A collator-provided ``shift_labels`` entry is counted as it is; otherwise ``labels[..., 1:]``
+    for causal LMs and ``labels`` for every other model. Positions equal to -100 do not count.
+    """
+    if not batches or not isinstance(batches[0], Mapping) or "labels" not in batches[0]:
+        return None
+    total = None
+    for batch in batches:
+        if "shift_labels" in batch:
+            labels = batch["shift_labels"]
+        else:
+            labels = batch["labels"][..., 1:] if shift_labels else batch["labels"]
+        if not isinstance(labels, torch.Tensor):
+            return None
+        count = labels.ne(IGNORE_INDEX).sum()
+        total = count if total is None else total + count.to(total.device)
+    return total
+
+
+@dataclass
+class LabelSmoother:
+    """Label smoothing on a model's logits: ``(1 - epsilon) * nll + epsilon * uniform``, ignoring -100."""
+
+    epsilon: float = 0.1
+    ignore_index: int = IGNORE_INDEX
+
+    def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False,
+                 num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+        logits = model_output["logits"] if isinstance(model_output, Mapping) else model_output[0]
+        if shift_labels:
+            logits = logits[..., :-1, :].contiguous()
+            labels = labels[..., 1:].contiguous()
+        neg_log_probs = -nn.functional.log_softmax(logits, dim=-1)
+        if labels.dim() == neg_log_probs.dim() - 1:
+            labels = labels.unsqueeze(-1)
+        ignored = labels.eq(self.ignore_index)
+        nll = neg_log_probs.gather(dim=-1, index=labels.clamp(min=0)).masked_fill(ignored, 0.0)
+        smooth = neg_log_probs.sum(dim=-1, keepdim=True, dtype=torch.float32).masked_fill(ignored, 0.0)
+        if num_items_in_batch is None:
+            denominator = ignored.numel() - ignored.long().sum()
+        elif isinstance(num_items_in_batch, torch.Tensor):
+            denominator = num_items_in_batch.to(nll.device)
+        else:
+            denominator = num_items_in_batch
+        nll_loss = nll.sum() / denominator
+        smooth_loss = smooth.sum() / (denominator * neg_log_probs.shape[-1])
+        return (1 - self.epsilon) * nll_loss + self.epsilon * smooth_loss
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """How one model's loss is computed; decided once per training run."""
+
+    accepts_loss_kwargs: bool
+    shift_labels: bool
+    label_smoother: LabelSmoother | None = None
+    compute_loss_func: Callable[..., torch.Tensor] | None = None
+    average_tokens_across_devices: bool = True
+    world_size: int = 1
+
+    @classmethod
+    def for_model(cls, model: nn.Module, *, label_smoothing_factor: float = 0.0,
+                  compute_loss_func: Callable[..., torch.Tensor] | None = None,
+                  average_tokens_across_devices: bool = True, world_size: int = 1,
+                  shift_labels: bool | None = None,
+                  accepts_loss_kwargs: bool | None = None) -> LossSettings:
+        """Inspect ``model`` once; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win."""
+        return cls(
+            accepts_loss_kwargs=(model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None
+                                 else accepts_loss_kwargs),
+            shift_labels=loss_shifts_labels(model) if shift_labels is None else shift_labels,
+            label_smoother=LabelSmoother(label_smoothing_factor) if label_smoothing_factor else None,
+            compute_loss_func=compute_loss_func,
+            average_tokens_across_devices=average_tokens_across_devices,
+            world_size=world_size,
+        )
+
+    def counts_items(self) -> bool:
+        """Whether ``num_items_in_batch`` is needed (the model or the loss function normalises by it)."""
+        return self.accepts_loss_kwargs or self.compute_loss_func is not None
+
+    def loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
+        """Whether the loss is already normalised over the window (else it is divided by the window size)."""
+        return (self.accepts_loss_kwargs and num_items_in_batch is not None) or (
+            self.compute_loss_func is not None
+        )
+
+
+def compute_model_loss(model: nn.Module, inputs: Mapping[str, Any], settings: LossSettings, *,
+                       num_items_in_batch: torch.Tensor | int | None = None,
+                       return_outputs: bool = False) -> Any:
+    """Run ``model`` on one micro-batch and return its loss (and outputs), as transformers does."""
+    inputs = dict(inputs)
+    labels = None
+    if (settings.label_smoother is not None or settings.compute_loss_func is not None) and "labels" in inputs:
+        labels = inputs.pop("labels")
+    if settings.accepts_loss_kwargs and num_items_in_batch is not None:
+        inputs["num_items_in_batch"] = num_items_in_batch
+    outputs = model(**inputs)
+    if settings.compute_loss_func is not None:
+        loss = settings.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+    elif labels is not None:
+        loss = settings.label_smoother(outputs, labels, shift_labels=settings.shift_labels,
+                                       num_items_in_batch=num_items_in_batch)
+    else:
+        loss = _loss_from_outputs(outputs, inputs)
+    if (settings.average_tokens_across_devices and settings.counts_items()
+            and num_items_in_batch is not None and settings.world_size > 1):
+        # The count is global; DDP averages gradients over ranks, so undo that average here.
+        loss = loss * settings.world_size
+    return (loss, outputs) if return_outputs else loss
+
+
+def _loss_from_outputs(outputs: Any, inputs: Mapping[str, Any]) -> torch.Tensor:
+    if isinstance(outputs, Mapping):
+        if "loss" not in outputs or outputs["loss"] is None:
+            raise ValueError(
+                "The model did not return a loss from the inputs, only the following keys: "
+                f"{','.join(outputs.keys())}. For reference, the inputs it received are "
+                f"{','.join(inputs.keys())}."
+            )
+        return outputs["loss"]
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    return outputs[0]

@@ -1,0 +1,235 @@
+"""``TrainingArguments.optim`` → an optimizer, with transformers' parameter groups.
+
+- :func:`get_optimizer_cls_and_kwargs` maps the arguments to a class and its keyword arguments, as
+  ``transformers.Trainer.get_optimizer_cls_and_kwargs`` does, for the optimizers that need nothing
+  beyond torch: adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop (and the legacy
+  name adamw_hf, now torch's AdamW). Every other ``OptimizerNames`` value raises
+  ``NotImplementedError``.
+- :func:`create_optimizer` builds it over two groups: weight decay for the names from
+  :func:`get_decay_parameter_names`, 0.0 for the rest.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from enum import Enum
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning.optim.adafactor import Adafactor
+
+__all__ = [
+    "SUPPORTED_OPTIMIZERS",
+    "UNSUPPORTED_OPTIMIZERS",
+    "create_optimizer",
+    "get_decay_parameter_names",
+    "get_learning_rates",
+    "get_optimizer_cls_and_kwargs",
+    "parse_optim_args",
+]
+
+SUPPORTED_OPTIMIZERS = (
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adafactor",
+    "sgd",
+    "adagrad",
+    "rmsprop",
+    "adamw_hf",
+)
+"""``optim`` values this module builds (``adamw_hf`` is the pre-5.0 name, mapped to torch's AdamW)."""
+
+UNSUPPORTED_OPTIMIZERS = (
+    "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit",
+    "ademamix", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit",
+    "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
+    "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
+    "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
+    "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw",
+    "schedule_free_radam", "schedule_free_adamw", "schedule_free_sgd", "apollo_adamw",
+    "apollo_adamw_layerwise", "stable_adamw",
+)  # fmt: skip
+"""transformers 5.24 ``OptimizerNames`` values that need packages or hardware beyond torch."""
+
+_DECAY_EXCLUDED_NAMES = tuple(
+    re.compile(pattern)
+    for pattern in (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
+)
+
+# optim_args keys that each torch optimizer reads, and how to convert their string values
+_OPTIM_ARGS_FLOATS = {
+    "sgd": ("momentum", "dampening", "weight_decay"),
+    "adagrad": ("lr_decay", "weight_decay", "eps"),
+    "rmsprop": ("momentum", "alpha", "eps", "weight_decay"),
+}
+_OPTIM_ARGS_BOOLS = {"sgd": ("nesterov",), "rmsprop": ("centered",)}
+_TORCH_CLASSES = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad, "rmsprop": torch.optim.RMSprop}
+
+
+def parse_optim_args(optim_args: str | None) -> dict[str, str]:
+    """Split ``TrainingArguments.optim_args`` ("key1=value1, key2=value2") into a dict of strings."""
+    if not optim_args:
+        return {}
+    parsed = {}
+    for item in optim_args.replace(" ", "").split(","):
+        parts = item.split("=")
+        if len(parts) != 2:
+            raise ValueError(
+                f"`TrainingArguments(optim_args={optim_args!r})` must look like 'key1=value1,key2=value2'; "
+                f"cannot read {item!r}"
+            )
+        parsed[parts[0]] = parts[1]
+    return parsed
+
+
+def _optim_name(optim: Any) -> str:
+    """The ``optim`` value as a plain string, from a str or a str-Enum such as ``OptimizerNames``."""
+    return str(optim.value) if isinstance(optim, Enum) else str(optim)
+
+
+def _warn_unused(name: str, unused: list[str] | tuple[str, ...]) -> None:
+    if unused:
+        warnings.warn(
+            f"`TrainingArguments(optim={name!r})` does not read `optim_args` keys {sorted(unused)}; they are ignored",
+            stacklevel=3,
+        )
+
+
+def _torch_kwargs(name: str, base: dict[str, Any], optim_args: dict[str, str]) -> dict[str, Any]:
+    """SGD / Adagrad / RMSprop kwargs: the learning rate plus the optim_args keys each one reads."""
+    kwargs = dict(base)
+    floats, bools = _OPTIM_ARGS_FLOATS[name], _OPTIM_ARGS_BOOLS.get(name, ())
+    for key in floats:
+        if key in optim_args:
+            kwargs[key] = float(optim_args[key])
+    for key in bools:
+        if key in optim_args:
+            kwargs[key] = optim_args[key].lower() in ("true", "1", "yes")
+    _warn_unused(name, [key for key in optim_args if key not in floats + bools])
+    return kwargs
+
+
+def _unsupported(name: str) -> NotImplementedError | ValueError:
+    choices = ", ".join(SUPPORTED_OPTIMIZERS)
+    if name in UNSUPPORTED_OPTIMIZERS:
+        return NotImplementedError(
+            f"`TrainingArguments(optim={name!r})` is not supported by hf_lightning (it needs a package or "
+            f"device beyond torch); choose one of: {choices}, or pass `optimizer_cls_and_kwargs`"
+        )
+    return ValueError(
+        f"`TrainingArguments(optim={name!r})` is not an optimizer name; choose one of: {choices}"
+    )
+
+
+def get_optimizer_cls_and_kwargs(
+    args: Any, model: nn.Module | None = None
+) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+    """The optimizer class and keyword arguments (without ``params``) for ``args.optim``.
+
+    ``args`` needs ``optim``, ``optim_args``, ``learning_rate``, ``adam_beta1``, ``adam_beta2``,
+    ``adam_epsilon`` (a ``TrainingArguments`` has them); ``model`` is accepted for transformers'
+    signature and not needed by any optimizer built here. Weight decay is not in the kwargs: the
+    parameter groups of :func:`create_optimizer` carry it.
+    """
+    name = _optim_name(args.optim)
+    if name not in SUPPORTED_OPTIMIZERS:
+        raise _unsupported(name)
+    if getattr(args, "optim_target_modules", None) is not None:
+        warnings.warn(
+            f"`TrainingArguments(optim_target_modules=...)` is only used by GaLore / APOLLO optimizers; "
+            f"optim={name!r} ignores it",
+            stacklevel=2,
+        )
+    optim_args = parse_optim_args(getattr(args, "optim_args", None))
+    kwargs: dict[str, Any] = {"lr": args.learning_rate}
+    if name == "adafactor":
+        _warn_unused(name, list(optim_args))
+        return Adafactor, {**kwargs, "scale_parameter": False, "relative_step": False}
+    if name in _TORCH_CLASSES:
+        return _TORCH_CLASSES[name], _torch_kwargs(name, kwargs, optim_args)
+    _warn_unused(name, list(optim_args))
+    if name == "adamw_hf":
+        warnings.warn(
+            "`TrainingArguments(optim='adamw_hf')`: transformers removed its own AdamW; using torch.optim.AdamW",
+            stacklevel=2,
+        )
+    kwargs.update(betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
+    if name == "adamw_torch_fused":
+        kwargs["fused"] = True
+    return torch.optim.AdamW, kwargs
+
+
+def _parameter_names(
+    module: nn.Module, prefix: str = "", in_layer_norm: bool = False
+) -> list[tuple[str, bool]]:
+    """Every registered parameter name (children first, as transformers lists them), flagged when it
+    sits inside an ``nn.LayerNorm``. Tied parameters appear under each name."""
+    found: list[tuple[str, bool]] = []
+    for child_name, child in module.named_children():
+        inside = in_layer_norm or isinstance(child, nn.LayerNorm)
+        found += _parameter_names(child, f"{prefix}{child_name}.", inside)
+    found += [(f"{prefix}{name}", in_layer_norm) for name in module._parameters]
+    return found
+
+
+def get_decay_parameter_names(model: nn.Module) -> list[str]:
+    """Names of the parameters that get weight decay, as ``transformers.Trainer`` chooses them.
+
+    Excluded: every parameter inside an ``nn.LayerNorm`` (or subclass), and every parameter whose
+    lower-cased full name contains "bias", "layernorm" or "rmsnorm", or has a ``norm`` or ``*_norm``
+    path component (``model.norm.weight``, ``attn_norm.weight``). Other normalisation classes count
+    only through their names, exactly as in transformers, so that the two groups, and therefore
+    ``optimizer.pt``, line up with checkpoints transformers writes.
+    """
+    return [
+        name
+        for name, in_layer_norm in _parameter_names(model)
+        if not in_layer_norm and not any(pattern.search(name.lower()) for pattern in _DECAY_EXCLUDED_NAMES)
+    ]
+
+
+def _is_optimizer_class(candidate: Any) -> bool:
+    return isinstance(candidate, type) and issubclass(candidate, torch.optim.Optimizer)
+
+
+def create_optimizer(
+    model: nn.Module,
+    args: Any,
+    optimizer_cls_and_kwargs: tuple[Any, dict[str, Any]] | None = None,
+) -> torch.optim.Optimizer:
+    """The optimizer ``transformers.Trainer.create_optimizer`` builds, over ``model``'s trainable parameters.
+
+    Group 0 holds the decayed parameters with ``args.weight_decay``, group 1 the rest with 0.0.
+    ``optimizer_cls_and_kwargs`` (the Trainer argument of that name) replaces the class and kwargs
+    from ``args.optim``; a ``params`` entry in its kwargs replaces the groups, and a first element
+    that is not an Optimizer class is treated as a factory: ``factory()(model, **kwargs)``.
+    """
+    decay = set(get_decay_parameter_names(model))
+    named = list(model.named_parameters())
+    groups = [
+        {
+            "params": [p for n, p in named if n in decay and p.requires_grad],
+            "weight_decay": args.weight_decay,
+        },
+        {"params": [p for n, p in named if n not in decay and p.requires_grad], "weight_decay": 0.0},
+    ]
+    if optimizer_cls_and_kwargs is not None:
+        optimizer_cls, optimizer_kwargs = optimizer_cls_and_kwargs
+    else:
+        optimizer_cls, optimizer_kwargs = get_optimizer_cls_and_kwargs(args, model)
+    optimizer_kwargs = dict(optimizer_kwargs)
+    if not _is_optimizer_class(optimizer_cls):
+        return optimizer_cls()(model, **optimizer_kwargs)
+    if "params" in optimizer_kwargs:
+        groups = optimizer_kwargs.pop("params")
+    return optimizer_cls(groups, **optimizer_kwargs)
+
+
+def get_learning_rates(optimizer: torch.optim.Optimizer | None) -> list[float]:
+    """The current learning rate of every parameter group."""
+    if optimizer is None:
+        raise ValueError("get_learning_rates(optimizer=None): create the optimizer first")
+    return [group["lr"] for group in optimizer.param_groups]

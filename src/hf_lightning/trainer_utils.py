@@ -1,0 +1,291 @@
+"""Trainer utilities of the HF vocabulary: output tuples, seeding, checkpoint discovery, metric helpers.
+
+Names and behaviour follow ``transformers.trainer_utils`` 5.24, with one documented difference:
+`get_last_checkpoint` skips ``checkpoint-N`` folders that still hold ``checkpoint-is-incomplete.txt``
+(a save that was interrupted) and logs which it skipped. The memory tracker and the batch-size finder
+live in ``trainer_utils_memory`` and are re-exported here; the strategy enums are re-exported from
+``hf_lightning.enums``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import inspect
+import logging
+import os
+import random
+import re
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from hf_lightning.trainer_utils_memory import TrainerMemoryTracker, find_executable_batch_size
+
+if TYPE_CHECKING:
+    from hf_lightning.enums import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+
+__all__ = [
+    "BestRun",
+    "EvalLoopOutput",
+    "EvalPrediction",
+    "HubStrategy",
+    "INCOMPLETE_CHECKPOINT_MARKER",
+    "IntervalStrategy",
+    "PREFIX_CHECKPOINT_DIR",
+    "PredictionOutput",
+    "SaveStrategy",
+    "SchedulerType",
+    "TrainOutput",
+    "TrainerMemoryTracker",
+    "default_compute_objective",
+    "denumpify_detensorize",
+    "enable_full_determinism",
+    "find_executable_batch_size",
+    "get_last_checkpoint",
+    "get_model_param_count",
+    "has_length",
+    "number_of_arguments",
+    "seed_worker",
+    "set_seed",
+    "speed_metrics",
+]
+
+logger = logging.getLogger(__name__)
+
+PREFIX_CHECKPOINT_DIR = "checkpoint"
+#: A checkpoint folder holding this file was not completely written (the save was interrupted).
+INCOMPLETE_CHECKPOINT_MARKER = "checkpoint-is-incomplete.txt"
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+_ENUM_NAMES = ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy")
+
+
+# --- Outputs ---
+
+
+class EvalPrediction:
+    """What ``compute_metrics`` receives: predictions and labels, plus inputs and losses when requested.
+
+    It unpacks like a tuple of the fields that are present: ``predictions, labels = eval_pred`` without
+    inputs and losses, ``predictions, labels, inputs = eval_pred`` with inputs (``include_for_metrics``).
+    """
+
+    def __init__(self, predictions, label_ids, inputs=None, losses=None):
+        self.predictions = predictions
+        self.label_ids = label_ids
+        self.inputs = inputs
+        self.losses = losses
+        elements = [predictions, label_ids]
+        elements += [x for x in (inputs, losses) if x is not None]
+        self.elements = tuple(elements)
+
+    def __iter__(self):
+        return iter(self.elements)
+
+    def __getitem__(self, idx: int):
+        if idx < 0 or idx >= len(self.elements):
+            raise IndexError("tuple index out of range")
+        return self.elements[idx]
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+
+class EvalLoopOutput(NamedTuple):
+    """What the evaluation loop returns."""
+
+    predictions: Any
+    label_ids: Any
+    metrics: dict[str, float] | None
+    num_samples: int | None
+
+
+class PredictionOutput(NamedTuple):
+    """What ``Trainer.predict`` returns."""
+
+    predictions: Any
+    label_ids: Any
+    metrics: dict[str, float] | None
+
+
+class TrainOutput(NamedTuple):
+    """What ``Trainer.train`` returns."""
+
+    global_step: int
+    training_loss: float
+    metrics: dict[str, float]
+
+
+class BestRun(NamedTuple):
+    """The best trial of ``hyperparameter_search``: its id (checkpoints in ``run-{run_id}``), objective,
+    hyperparameters and, for Ray, the experiment analysis."""
+
+    run_id: str
+    objective: float | list[float]
+    hyperparameters: dict[str, Any]
+    run_summary: Any | None = None
+
+
+# --- Seeding ---
+
+
+def set_seed(seed: int, deterministic: bool = False) -> None:
+    """Seed ``random``, NumPy and torch (every device); with ``deterministic``, also ask torch for
+    deterministic algorithms."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)  # a no-op without CUDA
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
+    """`set_seed`, then make torch deterministic: deterministic algorithms (``warn_only`` warns instead of
+    raising on an op without one), deterministic cuDNN without benchmarking, and the environment variables
+    CUDA, cuBLAS, Ascend and flash-attention need for it."""
+    set_seed(seed)
+    os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
+    os.environ["ASCEND_LAUNCH_BLOCKING"] = "1"
+    os.environ["HCCL_DETERMINISTIC"] = "1"
+    os.environ["FLASH_ATTENTION_DETERMINISTIC"] = "1"
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def seed_worker(worker_id: int, num_workers: int, rank: int) -> None:
+    """``worker_init_fn`` for data loaders: seed a worker from torch's initial seed, its rank and the worker
+    count, as transformers does."""
+    init_seed = torch.initial_seed() % 2**32
+    set_seed(num_workers * rank + init_seed)
+
+
+# --- Checkpoints ---
+
+
+def _checkpoint_number(name: str) -> int | None:
+    match = _CHECKPOINT_RE.search(name)
+    return int(match.group(1)) if match else None
+
+
+def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
+    """The ``checkpoint-N`` folder in ``folder`` with the highest N, or None if there is none.
+
+    Unlike transformers, folders that still hold ``checkpoint-is-incomplete.txt`` (an interrupted save)
+    are skipped, and a warning names them.
+    """
+    folder = os.fspath(folder)
+    complete: dict[int, str] = {}
+    skipped: list[str] = []
+    for name in os.listdir(folder):
+        number = _checkpoint_number(name)
+        path = os.path.join(folder, name)
+        if number is None or not os.path.isdir(path):
+            continue
+        if os.path.exists(os.path.join(path, INCOMPLETE_CHECKPOINT_MARKER)):
+            skipped.append(name)
+        else:
+            complete[number] = path
+    if skipped:
+        logger.warning(
+            "Skipping incomplete checkpoint(s) in %s (they still hold %s): %s",
+            folder,
+            INCOMPLETE_CHECKPOINT_MARKER,
+            ", ".join(sorted(skipped, key=_checkpoint_number)),
+        )
+    return complete[max(complete)] if complete else None
+
+
+# --- Metrics ---
+
+
+def speed_metrics(
+    split: str,
+    start_time: float,
+    num_samples: int | None = None,
+    num_steps: int | None = None,
+    num_tokens: int | None = None,
+) -> dict[str, float]:
+    """``{split}_runtime`` since ``start_time`` (``time.time()``) and, for each count given, its rate:
+    ``{split}_samples_per_second``, ``{split}_steps_per_second``, ``{split}_tokens_per_second``."""
+    runtime = time.time() - start_time
+    result = {f"{split}_runtime": round(runtime, 4)}
+    if runtime == 0:
+        return result
+    for kind, count in (("samples", num_samples), ("steps", num_steps), ("tokens", num_tokens)):
+        if count is not None:
+            result[f"{split}_{kind}_per_second"] = round(count / runtime, 3)
+    return result
+
+
+def denumpify_detensorize(metrics: Any) -> Any:
+    """Turn NumPy scalars and one-element tensors into Python numbers, inside lists, tuples and dicts too."""
+    if isinstance(metrics, (list, tuple)):
+        return type(metrics)(denumpify_detensorize(m) for m in metrics)
+    if isinstance(metrics, dict):
+        return type(metrics)({k: denumpify_detensorize(v) for k, v in metrics.items()})
+    if isinstance(metrics, np.generic):
+        return metrics.item()
+    if isinstance(metrics, torch.Tensor) and metrics.numel() == 1:
+        return metrics.item()
+    return metrics
+
+
+def default_compute_objective(metrics: dict[str, float]) -> float:
+    """The objective of a hyperparameter search: the evaluation loss if there are no other metrics, else the
+    sum of the metrics (without ``epoch``, ``*_runtime`` and ``*_per_second``)."""
+    metrics = copy.deepcopy(metrics)
+    loss = metrics.pop("eval_loss", None)
+    metrics.pop("epoch", None)
+    for name in [m for m in metrics if m.endswith("_runtime") or m.endswith("_per_second")]:
+        metrics.pop(name)
+    return loss if len(metrics) == 0 else sum(metrics.values())
+
+
+# --- Introspection ---
+
+
+def has_length(dataset: Any) -> bool:
+    """Whether ``len(dataset)`` works (iterable datasets and some streaming datasets do not have one)."""
+    try:
+        return len(dataset) is not None
+    except (TypeError, AttributeError):
+        return False
+
+
+def number_of_arguments(func: Any) -> int:
+    """How many parameters ``func`` takes; for a ``functools.partial``, those not already bound."""
+    if isinstance(func, functools.partial):
+        total = len(inspect.signature(func.func).parameters)
+        return total - len(func.args) - len(func.keywords)
+    return len(inspect.signature(func).parameters)
+
+
+def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters of ``model`` (only those requiring grad with ``trainable_only``); a DeepSpeed
+    ZeRO-3 partitioned parameter counts its full size (``ds_numel``)."""
+    return sum(
+        getattr(p, "ds_numel", None) or p.numel()
+        for p in model.parameters()
+        if not trainable_only or p.requires_grad
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """Re-export the strategy enums from ``hf_lightning.enums`` on first use."""
+    if name not in _ENUM_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        enums = importlib.import_module("hf_lightning.enums")
+    except ModuleNotFoundError as error:
+        if error.name != "hf_lightning.enums":
+            raise
+        raise AttributeError(f"{name} is defined in hf_lightning.enums, which is not installed") from error
+    value = getattr(enums, name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,200 @@
+"""Normalisation step of `TrainingArguments.__post_init__`: fill defaults and coerce types, as transformers does.
+
+Each function edits the arguments in place. Problems found while coercing (an unknown enum value, say)
+are returned as messages so the rule table can report them together with the rest.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import warnings
+from typing import Any
+
+from hf_lightning.enums import (
+    ChoiceEnum,
+    DebugOption,
+    HubStrategy,
+    IntervalStrategy,
+    OptimizerNames,
+    SaveStrategy,
+    SchedulerType,
+)
+from hf_lightning.training_args_fsdp import normalize_fsdp
+
+__all__ = ["available_integrations", "normalize", "parse_json_dict"]
+
+logger = logging.getLogger("hf_lightning")
+
+_ENUM_FIELDS: tuple[tuple[str, type[ChoiceEnum]], ...] = (
+    ("eval_strategy", IntervalStrategy),
+    ("logging_strategy", IntervalStrategy),
+    ("save_strategy", SaveStrategy),
+    ("hub_strategy", HubStrategy),
+    ("lr_scheduler_type", SchedulerType),
+    ("optim", OptimizerNames),
+)
+
+# Reporting integrations in transformers' order, each with the modules that must be importable.
+_INTEGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("comet_ml", ("comet_ml",)),
+    ("dagshub", ("dagshub", "mlflow")),
+    ("dvclive", ("dvclive",)),
+    ("mlflow", ("mlflow",)),
+    ("neptune", ("neptune",)),
+    ("tensorboard", ("tensorboard",)),
+    ("wandb", ("wandb",)),
+    ("codecarbon", ("codecarbon",)),
+    ("clearml", ("clearml",)),
+    ("swanlab", ("swanlab",)),
+    ("trackio", ("trackio",)),
+)
+
+
+def normalize(args: Any) -> list[str]:
+    """Fill derived defaults and coerce values in place; return the problems found on the way."""
+    if args.output_dir is None:
+        args.output_dir = "trainer_output"
+    args.output_dir = os.path.expanduser(args.output_dir)
+    for name in args._VALID_DICT_FIELDS:
+        value = getattr(args, name)
+        if isinstance(value, str) and value.startswith("{"):
+            setattr(args, name, parse_json_dict(value))
+    _resolve_checkpointing_aliases(args)
+    if args.disable_tqdm is None:
+        args.disable_tqdm = logger.getEffectiveLevel() > logging.WARNING
+    if isinstance(args.include_num_input_tokens_seen, bool):
+        args.include_num_input_tokens_seen = "all" if args.include_num_input_tokens_seen else "no"
+    problems = _coerce_enums(args)
+    if args.eval_strategy != "no" and not args.do_eval:
+        args.do_eval = True
+    _derive_defaults(args)
+    args.report_to = _report_to_list(args.report_to)
+    _integral_steps(args)
+    _compile_settings(args)
+    if args.use_cpu:
+        args.dataloader_pin_memory = False
+    if isinstance(args.accelerator_config, str) and os.path.isfile(args.accelerator_config):
+        with open(args.accelerator_config, encoding="utf-8") as f:
+            args.accelerator_config = json.load(f)
+    problems += normalize_fsdp(args)
+    return problems
+
+
+def parse_json_dict(text: str) -> dict:
+    """Parse a JSON object given on a command line; string leaves that spell a bool or number are converted."""
+    return _convert_leaves(json.loads(text))
+
+
+def _convert_leaves(d: dict) -> dict:
+    for key, value in d.items():
+        if isinstance(value, dict):
+            d[key] = _convert_leaves(value)
+        elif isinstance(value, str) and value.lower() in ("true", "false"):
+            d[key] = value.lower() == "true"
+        elif isinstance(value, str) and value.isdigit():
+            d[key] = int(value)
+        elif isinstance(value, str) and value.replace(".", "", 1).isdigit():
+            d[key] = float(value)
+    return d
+
+
+def _resolve_checkpointing_aliases(args: Any) -> None:
+    """``gradient_checkpointing*`` feed ``activation_checkpointing*`` when those are unset, then mirror them."""
+    for old, new in (
+        ("gradient_checkpointing", "activation_checkpointing"),
+        ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
+    ):
+        if getattr(args, new) is None and getattr(args, old) is not None:
+            warnings.warn(f"`{old}` is deprecated; use `{new}` instead.", FutureWarning, stacklevel=4)
+            setattr(args, new, getattr(args, old))
+        setattr(args, old, getattr(args, new))
+    if args.activation_checkpointing is None:
+        args.activation_checkpointing = args.gradient_checkpointing = False
+
+
+def _coerce_enums(args: Any) -> list[str]:
+    """Turn strategy/optimizer strings into enums; an unknown value is left as is and reported."""
+    cls = type(args).__name__
+    problems = []
+    for name, enum in _ENUM_FIELDS:
+        value = getattr(args, name)
+        if value in enum.values():
+            setattr(args, name, enum(value))
+        else:
+            problems.append(
+                f"`{cls}({name}={value!r})` is not supported; choose one of: {', '.join(enum.values())}"
+            )
+    words = args.debug.split() if isinstance(args.debug, str) else list(args.debug or [])
+    bad = [w for w in words if w not in DebugOption.values()]
+    if bad:
+        allowed = ", ".join(DebugOption.values())
+        problems.append(f"`{cls}(debug={args.debug!r})` has unknown options {bad}; choose from: {allowed}")
+    args.debug = [DebugOption(w) for w in words if w not in bad]
+    return problems
+
+
+def _derive_defaults(args: Any) -> None:
+    """eval_steps from logging_steps; metric_for_best_model and greater_is_better."""
+    if args.eval_strategy == "steps" and not args.eval_steps and args.logging_steps > 0:
+        args.eval_steps = args.logging_steps
+    needs_metric = args.load_best_model_at_end or args.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy")
+    if needs_metric and args.metric_for_best_model is None:
+        args.metric_for_best_model = "loss"
+    if args.greater_is_better is None and args.metric_for_best_model is not None:
+        args.greater_is_better = not args.metric_for_best_model.endswith("loss")
+
+
+def _report_to_list(report_to: Any) -> list[str]:
+    """``"all"`` → the installed integrations; ``"none"``/None → []; a single name → a one-item list."""
+    if report_to in ("all", ["all"]):
+        return available_integrations()
+    if report_to in (None, "none", ["none"]):
+        return []
+    return list(report_to) if isinstance(report_to, list | tuple) else [report_to]
+
+
+def available_integrations() -> list[str]:
+    """Reporting integrations whose packages are installed, in transformers' order."""
+    found = []
+    for name, modules in _INTEGRATIONS:
+        if name == "tensorboard":
+            ok = _has("tensorboard") or _has("tensorboardX")
+        elif name in ("mlflow", "dagshub") and os.getenv("DISABLE_MLFLOW_INTEGRATION", "").upper() == "TRUE":
+            ok = False
+        else:
+            ok = all(_has(m) for m in modules)
+        if ok:
+            found.append(name)
+    if _has("azureml") and _has("azureml.core") and not _has("mlflow"):
+        found.insert(0, "azure_ml")
+    return found
+
+
+def _has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _integral_steps(args: Any) -> None:
+    """Whole-number ``*_steps`` above 1 become ints (non-whole ones are left for the rule table)."""
+    for strategy, steps in (
+        ("logging_strategy", "logging_steps"),
+        ("eval_strategy", "eval_steps"),
+        ("save_strategy", "save_steps"),
+    ):
+        value = getattr(args, steps)
+        if getattr(args, strategy) == "steps" and value is not None and value > 1 and value == int(value):
+            setattr(args, steps, int(value))
+
+
+def _compile_settings(args: Any) -> None:
+    """A compile backend or mode switches torch_compile on; the default backend is inductor."""
+    if args.torch_compile_mode is not None or args.torch_compile_backend is not None:
+        args.torch_compile = True
+    if args.torch_compile and args.torch_compile_backend is None:
+        args.torch_compile_backend = "inductor"

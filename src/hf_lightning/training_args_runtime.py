@@ -1,0 +1,161 @@
+"""Values `TrainingArguments` derives from the process it runs in: batch sizes, ranks, device, log level.
+
+Ranks and world size are read from the standard launcher variables (``WORLD_SIZE``, ``RANK``,
+``LOCAL_RANK``) each time they are asked for, falling back to an initialised ``torch.distributed``.
+Nothing here starts a process group or touches accelerate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+
+import torch
+
+from hf_lightning.enums import ParallelMode
+
+__all__ = ["LOG_LEVELS", "RuntimeMixin", "resolve_steps"]
+
+logger = logging.getLogger("hf_lightning")
+
+# Names accepted by ``log_level``; "passive" (-1) leaves the level the application set.
+LOG_LEVELS = {
+    "detail": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "passive": -1,
+}
+
+
+def resolve_steps(value: float, max_steps: int) -> int:
+    """A ``*_steps`` value as a step count: a ratio < 1 becomes ``ceil(max_steps * value)``."""
+    if value < 1:
+        return math.ceil(max_steps * value)
+    return int(value)
+
+
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+class RuntimeMixin:
+    """Properties and helpers of `TrainingArguments` that depend on the running process."""
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes taking part in training."""
+        env = _env_int("WORLD_SIZE")
+        if env is not None:
+            return env
+        return torch.distributed.get_world_size() if _distributed() else 1
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        env = _env_int("RANK")
+        if env is not None:
+            return env
+        return torch.distributed.get_rank() if _distributed() else 0
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its node."""
+        env = _env_int("LOCAL_RANK")
+        if env is not None:
+            return env
+        return max(self.local_rank, 0)
+
+    @property
+    def n_gpu(self) -> int:
+        """GPUs this process drives: 0 on CPU, 1 per process when distributed, else every visible GPU."""
+        if self.use_cpu or not torch.cuda.is_available():
+            return 0
+        return 1 if self.world_size > 1 else torch.cuda.device_count()
+
+    @property
+    def device(self) -> torch.device:
+        """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
+        if self.use_cpu or not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", self.local_process_index)
+
+    @property
+    def parallel_mode(self) -> ParallelMode:
+        """DISTRIBUTED with several processes, NOT_DISTRIBUTED with several GPUs in one, else NOT_PARALLEL."""
+        if self.world_size > 1:
+            return ParallelMode.DISTRIBUTED
+        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
+
+    @property
+    def train_batch_size(self) -> int:
+        """Training batch size of this process (per device × GPUs of this process)."""
+        return self.per_device_train_batch_size * max(1, self.n_gpu)
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Evaluation batch size of this process (per device × GPUs of this process)."""
+        return self.per_device_eval_batch_size * max(1, self.n_gpu)
+
+    @property
+    def ddp_timeout_delta(self) -> timedelta:
+        """``ddp_timeout`` as a timedelta."""
+        return timedelta(seconds=self.ddp_timeout)
+
+    @property
+    def should_log(self) -> bool:
+        """True on the process that logs: local rank 0 with log_on_each_node, else global rank 0."""
+        return (self.local_process_index if self.log_on_each_node else self.process_index) == 0
+
+    @property
+    def should_save(self) -> bool:
+        """True on the process that writes: local rank 0 with save_on_each_node, else global rank 0."""
+        return (self.local_process_index if self.save_on_each_node else self.process_index) == 0
+
+    @property
+    def place_model_on_device(self) -> bool | None:
+        """Hook for subclasses (transformers' contract); None lets the trainer decide."""
+        return None
+
+    def get_process_log_level(self) -> int:
+        """Log level of this process: log_level on the logging process, log_level_replica elsewhere."""
+        name = self.log_level if self.should_log else self.log_level_replica
+        level = LOG_LEVELS[name]
+        return logger.getEffectiveLevel() if level == -1 else level
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""
+        if self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        return math.ceil(num_training_steps * self.warmup_steps)
+
+    @contextlib.contextmanager
+    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
+        """Run the block on the main process first (of each node when ``local``), the others after it.
+
+        The wait is a ``torch.distributed.barrier``, used only when a process group is initialised.
+        """
+        if self.world_size <= 1 or not _distributed():
+            yield
+            return
+        is_main = (self.local_process_index if local else self.process_index) == 0
+        try:
+            if not is_main:
+                logger.debug("%d: waiting for the main process to finish %s", self.process_index, desc)
+                torch.distributed.barrier()
+            yield
+        finally:
+            if is_main:
+                logger.debug("%d: main process finished %s", self.process_index, desc)
+                torch.distributed.barrier()

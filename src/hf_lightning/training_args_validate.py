@@ -1,0 +1,158 @@
+"""Validation step of `TrainingArguments.__post_init__`: a table of rules, every violation reported at once.
+
+Each rule is a function of the (already normalised) arguments that returns the messages of the
+problems it finds. ``check`` runs the whole table and raises one ``ValueError`` listing them all.
+The rules raise where transformers 5.24 raises, plus a few the documentation states and transformers
+does not enforce (marked *documented*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["RULES", "check", "find_problems"]
+
+_LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
+_TOKENS_SEEN = ("all", "non_padding", "no")
+_SAMPLING = ("random", "sequential", "group_by_length", "batch_rebalance")
+_MP_CONTEXTS = ("fork", "spawn", "forkserver")
+
+
+def _call(args: Any, **kwargs: Any) -> str:
+    """How the user's call looks, for messages: ``TrainingArguments(a=1, b='x')``."""
+    return f"{type(args).__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+
+
+def _value(x: Any) -> Any:
+    return getattr(x, "value", x)
+
+
+def _step_counts(args: Any) -> Iterator[str]:
+    if args.logging_strategy == "steps" and args.logging_steps == 0:
+        yield f"`{_call(args, logging_strategy='steps')}` needs `logging_steps` > 0, got 0"
+    if args.eval_strategy == "steps" and not args.eval_steps:
+        yield (
+            f"`{_call(args, eval_strategy='steps')}` needs `eval_steps` > 0 or `logging_steps` > 0, "
+            f"got {args.eval_steps!r} and {args.logging_steps!r}"
+        )
+    for strategy, steps in (
+        ("logging_strategy", "logging_steps"),
+        ("eval_strategy", "eval_steps"),
+        ("save_strategy", "save_steps"),
+    ):
+        value = getattr(args, steps)
+        if getattr(args, strategy) == "steps" and value is not None and value > 1 and value != int(value):
+            yield f"`{_call(args, **{steps: value})}` must be a whole number when above 1 (a value < 1 is a ratio)"
+
+
+def _best_model(args: Any) -> Iterator[str]:
+    if not args.load_best_model_at_end or args.save_strategy == "best":
+        return
+    if args.eval_strategy != args.save_strategy:
+        yield (
+            f"`{_call(args, load_best_model_at_end=True)}` needs `eval_strategy` to equal `save_strategy` "
+            f"(or save_strategy='best'), got {_value(args.eval_strategy)!r} and {_value(args.save_strategy)!r}"
+        )
+        return
+    save, ev = args.save_steps, args.eval_steps
+    if args.eval_strategy != "steps" or not ev or save % ev == 0:
+        return
+    if (save < 1) != (ev < 1):
+        yield (
+            f"`{_call(args, load_best_model_at_end=True)}` needs `save_steps` to be a multiple of `eval_steps`, "
+            f"which cannot be guaranteed when one is a ratio and the other a count: got {save} and {ev}"
+        )
+    elif save >= 1 or (save * 1_000_000) % (ev * 1_000_000) != 0:  # transformers' arithmetic
+        yield (
+            f"`{_call(args, load_best_model_at_end=True)}` needs `save_steps` to be a multiple of `eval_steps`, "
+            f"got {save} and {ev}"
+        )
+
+
+def _precision(args: Any) -> Iterator[str]:
+    if args.fp16 and args.bf16:
+        yield f"`{_call(args, fp16=True, bf16=True)}`: choose at most one of `fp16` and `bf16`"
+    if args.fp16_full_eval and args.bf16_full_eval:
+        yield f"`{_call(args, fp16_full_eval=True, bf16_full_eval=True)}`: choose at most one of the two"
+    if args.tf32 and not _tf32_available():
+        yield f"`{_call(args, tf32=True)}` needs an Ampere or newer CUDA GPU"
+
+
+def _tf32_available() -> bool:
+    if not torch.cuda.is_available() or torch.version.cuda is None:
+        return False
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8
+
+
+def _needs_eval(args: Any) -> Iterator[str]:
+    evaluating = args.eval_strategy != "no"
+    for name in ("reduce_lr_on_plateau", "greedy"):
+        if args.lr_scheduler_type == name and not evaluating:
+            yield f"`{_call(args, lr_scheduler_type=name)}` needs `eval_strategy` 'steps' or 'epoch', got 'no'"
+    if args.save_strategy == "best" and not evaluating:  # documented
+        yield f"`{_call(args, save_strategy='best')}` needs `eval_strategy` 'steps' or 'epoch', got 'no'"
+    if args.eval_on_start and not evaluating:  # documented
+        yield f"`{_call(args, eval_on_start=True)}` needs `eval_strategy` 'steps' or 'epoch', got 'no'"
+
+
+def _numbers(args: Any) -> Iterator[str]:
+    if args.warmup_steps < 0:
+        yield f"`{_call(args, warmup_steps=args.warmup_steps)}` must be >= 0"
+    n = args.torch_empty_cache_steps
+    if n is not None and not (isinstance(n, int) and n > 0):
+        yield f"`{_call(args, torch_empty_cache_steps=n)}` must be an integer > 0 or None"
+
+
+def _dataloader(args: Any) -> Iterator[str]:
+    if args.dataloader_num_workers == 0:
+        if args.dataloader_prefetch_factor is not None:
+            yield (
+                f"`{_call(args, dataloader_prefetch_factor=args.dataloader_prefetch_factor)}` needs "
+                "`dataloader_num_workers` > 0, got 0"
+            )
+        if args.dataloader_persistent_workers:  # documented
+            yield f"`{_call(args, dataloader_persistent_workers=True)}` needs `dataloader_num_workers` > 0, got 0"
+
+
+def _choices(args: Any) -> Iterator[str]:
+    """String settings with a fixed set of values (documented; transformers checks them only on the CLI)."""
+    for name, allowed in (
+        ("log_level", _LOG_LEVELS),
+        ("log_level_replica", _LOG_LEVELS),
+        ("include_num_input_tokens_seen", _TOKENS_SEEN),
+        ("train_sampling_strategy", _SAMPLING),
+        ("dataloader_multiprocessing_context", (None, *_MP_CONTEXTS)),
+    ):
+        value = getattr(args, name)
+        if value not in allowed:
+            shown = ", ".join(repr(a) for a in allowed)
+            yield f"`{_call(args, **{name: value})}` is not supported; choose one of: {shown}"
+
+
+RULES: tuple[Callable[[Any], Iterator[str]], ...] = (
+    _step_counts,
+    _best_model,
+    _precision,
+    _needs_eval,
+    _numbers,
+    _dataloader,
+    _choices,
+)
+
+
+def find_problems(args: Any) -> list[str]:
+    """Every rule violated by ``args``, one message each."""
+    return [message for rule in RULES for message in rule(args)]
+
+
+def check(args: Any, earlier: list[str] | None = None) -> None:
+    """Raise one ``ValueError`` listing ``earlier`` problems and every violated rule; do nothing if none."""
+    problems = [*(earlier or []), *find_problems(args)]
+    if len(problems) == 1:
+        raise ValueError(problems[0])
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise ValueError(f"{len(problems)} problems with `{type(args).__name__}`:\n{lines}")
