@@ -1,0 +1,60 @@
+"""Developer sessions: tests, lint (ruff + the architectural rule), typecheck, demo, bench, docs."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "venv"
+PYTHON = "3.11"
+
+
+def _install(session: nox.Session, extras: str = "test") -> None:
+    session.install("torch==2.13.0")
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """The test suite (fast tests; pass -m slow for the slow ones)."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-q", "-m", "not slow", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff, plus the rule that src/hf_lightning never imports lightning, optuna or ray."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "src", "adapters", "tests", "examples", "benchmarks", "tools")
+    session.run("python", "tools/check_layers.py")
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy over the vocabulary and the adapters."""
+    _install(session)
+    session.install("mypy>=1.10")
+    session.run("mypy", "--ignore-missing-imports", "--follow-imports=silent", "src/hf_lightning", "adapters")
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The README's main job: the offline quickstart, then the Lightning-user example."""
+    _install(session, "transformers")
+    session.run("python", "examples/quickstart.py")
+    session.run("python", "examples/lightning_user.py")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: step overhead vs a raw loop and transformers, evaluation memory, sampler padding."""
+    _install(session)
+    session.run("python", "benchmarks/bench_step.py", *session.posargs)
+    session.run("python", "benchmarks/bench_samplers.py")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Regenerate docs/arguments.md from the argument table."""
+    _install(session)
+    session.run("python", "tools/gen_arguments_doc.py")
