@@ -71,6 +71,11 @@ class WithHfArg:
 
 
 @dataclass
+class Mixed:
+    value: Union[str, bool, None] = None
+
+
+@dataclass
 class BadUnion:
     value: Union[int, float] = 1
 
@@ -194,6 +199,12 @@ def test_union_of_two_non_str_types_is_rejected():
     """`Union[int, float]` cannot be one option, and the error names the field."""
     with pytest.raises(ValueError, match="value"):
         HfArgumentParser(BadUnion)
+
+
+def test_union_of_str_bool_and_none_parses_as_str():
+    """`Union[str, bool, None]` takes text (transformers' parser fails on it)."""
+    (mixed,) = parse(Mixed, ["--value", "abc"])
+    assert mixed.value == "abc"
 
 
 @pytest.mark.parametrize(
@@ -364,6 +375,21 @@ def test_dashed_args_file_flag(script):
     (script / "a.args").write_text("--steps 2")
     words = ["--args-file", str(script / "a.args")]
     (basic,) = HfArgumentParser(Basic).parse_args_into_dataclasses(words, args_file_flag="--args-file")
+    assert basic.steps == 2
+
+
+def test_help_still_works_with_args_file_flag(script, capsys):
+    """-h prints the dataclass options even when args_file_flag is given."""
+    with pytest.raises(SystemExit) as exit_info:
+        HfArgumentParser(Basic).parse_args_into_dataclasses(["-h"], args_file_flag="--cfg")
+    assert exit_info.value.code == 0
+    assert "--learning_rate" in capsys.readouterr().out
+
+
+def test_no_script_name_means_no_args_file(monkeypatch):
+    """An empty sys.argv[0] (an interactive session) looks for no args file."""
+    monkeypatch.setattr(sys, "argv", [""])
+    (basic,) = HfArgumentParser(Basic).parse_args_into_dataclasses(["--steps", "2"])
     assert basic.steps == 2
 
 

@@ -18,8 +18,10 @@ parser, so that training scripts written for it keep their command lines:
 
 Where ``transformers`` fails, this parser does the obvious thing instead: a ``dict``-typed field
 without ``str`` in its union is decoded from JSON, a union that keeps ``str`` among several types
-parses as ``str``, ``args_file_flag`` may be spelled with dashes, ``-h`` after it still prints
-the help, and a YAML file that does not hold a mapping raises a ``ValueError`` naming the file.
+parses as ``str``, a ``Literal``/``Enum`` field with a ``default_factory`` is optional,
+``args_file_flag`` may be spelled with dashes, ``-h`` next to it still prints the help, an empty
+``sys.argv[0]`` looks for no args file, and a YAML file that does not hold a mapping raises a
+``ValueError`` naming the file.
 
 Engine-free: the standard library and PyYAML only.
 """
@@ -146,7 +148,7 @@ def _type_kwargs(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
     origin = typing.get_origin(annotation) or annotation
     if _is_choice(annotation):
         if origin is Literal:
-            choices = list(typing.get_args(annotation))
+            choices = typing.get_args(annotation)
         else:
             choices = [member.value for member in annotation]
         return {"choices": choices, "type": _choice_type(choices), **_default_kwargs(field)}

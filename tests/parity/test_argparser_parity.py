@@ -57,7 +57,7 @@ COMMAND_LINES = [
     "--weight_decay 0.01 --adam_beta1 0.8 --adam-beta2 0.95 --max-grad-norm 0.5",
     "--seed 7 --data_seed 3 --full_determinism no",
     "--remove_unused_columns false --label_names labels start_positions",
-    """--gradient_checkpointing --gradient_checkpointing_kwargs '{"use_reentrant": false}'""",
+    """--activation_checkpointing --activation_checkpointing_kwargs '{"use_reentrant": false}'""",
     "--do_train --do_eval --do_predict",
     "--use_cpu --dataloader_num_workers 0 --dataloader_drop_last",
     "--neftune_noise_alpha 5 --label_smoothing_factor 0.1",
@@ -157,11 +157,18 @@ def _type_probe(action) -> object:
     return results
 
 
-def _signature(action) -> dict:
-    names = ("option_strings", "dest", "nargs", "const", "default", "required", "choices", "help", "metavar")
-    return {"class": type(action).__name__, "type": _type_probe(action)} | {
-        n: getattr(action, n) for n in names
-    }
+def _signature(action, probe_type: bool = True) -> dict:
+    names = ("option_strings", "dest", "nargs", "const", "default", "required", "metavar")
+    signature = {n: getattr(action, n) for n in names} | {"class": type(action).__name__}
+    signature["choices"] = None if action.choices is None else list(action.choices)
+    if probe_type:
+        signature["type"] = _type_probe(action)
+    return signature
+
+
+# Options whose type differs on purpose: a dict-typed field without `str` in its union is read
+# as JSON here, where transformers' parser rejects every value (see test_dict_field_reads_json).
+JSON_DICT_OPTIONS = {"liger_kernel_config"}
 
 
 @pytest.mark.parametrize(
@@ -169,16 +176,38 @@ def _signature(action) -> dict:
 )
 def test_options_match_transformers(dtypes):
     """Over the same dataclass both parsers build the same options."""
-    ours = [_signature(a) for a in HfArgumentParser(dtypes)._actions]
-    theirs = [_signature(a) for a in transformers.HfArgumentParser(dtypes)._actions]
+    ours = [_signature(a, a.dest not in JSON_DICT_OPTIONS) for a in HfArgumentParser(dtypes)._actions]
+    theirs = [
+        _signature(a, a.dest not in JSON_DICT_OPTIONS) for a in transformers.HfArgumentParser(dtypes)._actions
+    ]
     assert [s["dest"] for s in ours] == [s["dest"] for s in theirs]
     assert ours == theirs
 
 
-def test_help_text_matches_transformers():
-    """--help over ModelArgs reads the same as transformers'."""
-    ours = HfArgumentParser(ModelArgs, prog="train.py").format_help()
-    theirs = transformers.HfArgumentParser(ModelArgs, prog="train.py").format_help()
+def test_dict_field_reads_json(tmp_path):
+    """A dict-typed option takes a JSON object; transformers' parser cannot parse it at all."""
+    words = _words(tmp_path, """--liger_kernel_config '{"rope": true}'""")
+    with pytest.raises(SystemExit):
+        _parse_theirs(words)
+    _, args = _parse_ours(words, training_args=transformers.TrainingArguments)
+    assert args.liger_kernel_config == {"rope": True}
+
+
+def test_our_training_arguments_offer_the_same_options():
+    """Our TrainingArguments yield every transformers option, with the same names, defaults and arity."""
+    ours = [_signature(a, probe_type=False) for a in HfArgumentParser(TrainingArguments)._actions]
+    theirs = [
+        _signature(a, probe_type=False)
+        for a in transformers.HfArgumentParser(transformers.TrainingArguments)._actions
+    ]
+    assert ours == theirs
+
+
+@pytest.mark.parametrize("dtypes", [ModelArgs, transformers.TrainingArguments])
+def test_help_text_matches_transformers(dtypes):
+    """--help over the same dataclass reads the same as transformers'."""
+    ours = HfArgumentParser(dtypes, prog="train.py").format_help()
+    theirs = transformers.HfArgumentParser(dtypes, prog="train.py").format_help()
     assert ours == theirs
 
 
