@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -11,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 from transformers.optimization import get_scheduler as hf_get_scheduler  # noqa: E402
 from transformers.trainer_utils import SchedulerType  # noqa: E402
 
+import hf_lightning.optim  # noqa: E402
 from hf_lightning.optim import SCHEDULER_NAMES, get_scheduler  # noqa: E402
 
 N = 20
@@ -66,6 +68,23 @@ def _lrs(factory, name, kwargs, num_warmup, num_training):
 def test_every_transformers_scheduler_type_is_supported():
     """SCHEDULER_NAMES is exactly transformers' SchedulerType."""
     assert sorted(SCHEDULER_NAMES) == sorted(t.value for t in SchedulerType)
+
+
+PUBLIC_BUILDERS = sorted(
+    name
+    for name in dir(transformers.optimization)
+    if name.startswith("get_") and "schedule" in name and callable(getattr(transformers.optimization, name))
+)
+
+
+@pytest.mark.parametrize("name", PUBLIC_BUILDERS)
+def test_public_schedule_builders_exist_with_the_same_parameters(name):
+    """Every public get_*schedule* function of transformers.optimization exists here with the same parameters."""
+    ours = getattr(hf_lightning.optim, name)
+    theirs = getattr(transformers.optimization, name)
+    ours_params = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
+    theirs_params = [(p.name, p.default) for p in inspect.signature(theirs).parameters.values()]
+    assert ours_params == theirs_params
 
 
 def test_parity_table_covers_every_step_driven_type():

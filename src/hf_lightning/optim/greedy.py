@@ -60,6 +60,20 @@ def _per_group(
     return [value] * groups
 
 
+def _check_arguments(optimizer: Optimizer, mode: str, factor: float, threshold_mode: str) -> None:
+    """Refuse arguments GreedyLR cannot work with, naming each."""
+    if factor >= 1.0:
+        raise ValueError(f"`GreedyLR(factor={factor})` must be below 1.0")
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"`GreedyLR(optimizer=...)` needs a torch Optimizer, got {type(optimizer).__name__}")
+    if mode not in ("min", "max"):
+        raise ValueError(f"`GreedyLR(mode={mode!r})` is not supported; choose one of: 'min', 'max'")
+    if threshold_mode not in ("rel", "abs"):
+        raise ValueError(
+            f"`GreedyLR(threshold_mode={threshold_mode!r})` is not supported; choose one of: 'rel', 'abs'"
+        )
+
+
 _STATE_KEYS = (
     "factor", "min_lrs", "max_lrs", "patience", "verbose", "cooldown", "warmup", "cooldown_counter",
     "warmup_counter", "mode", "threshold", "threshold_mode", "best", "num_bad_epochs", "num_good_epochs",
@@ -97,18 +111,7 @@ class GreedyLR:
         window_size: int = 50,
         reset_start: int = 500,
     ) -> None:
-        if factor >= 1.0:
-            raise ValueError(f"`GreedyLR(factor={factor})` must be below 1.0")
-        if not isinstance(optimizer, Optimizer):
-            raise TypeError(
-                f"`GreedyLR(optimizer=...)` needs a torch Optimizer, got {type(optimizer).__name__}"
-            )
-        if mode not in ("min", "max"):
-            raise ValueError(f"`GreedyLR(mode={mode!r})` is not supported; choose one of: 'min', 'max'")
-        if threshold_mode not in ("rel", "abs"):
-            raise ValueError(
-                f"`GreedyLR(threshold_mode={threshold_mode!r})` is not supported; choose one of: 'rel', 'abs'"
-            )
+        _check_arguments(optimizer, mode, factor, threshold_mode)
         self.optimizer = optimizer
         self.mode, self.factor, self.patience, self.verbose = mode, factor, patience, verbose
         self.threshold, self.threshold_mode, self.eps = threshold, threshold_mode, eps

@@ -194,6 +194,16 @@ def get_cosine_with_min_lr_schedule_with_warmup_lr_rate(
     return LambdaLR(optimizer, fn, last_epoch)
 
 
+def _check_wsd_shapes(**shapes: str) -> None:
+    """Refuse a warmup or decay shape that warmup_stable_decay does not know, naming the key."""
+    for key, value in shapes.items():
+        if value not in lam.WSD_SHAPES:
+            raise ValueError(
+                f"`lr_scheduler_kwargs={{'{key}': {value!r}}}` is not supported; choose one of: "
+                + ", ".join(repr(shape) for shape in lam.WSD_SHAPES)
+            )
+
+
 def get_wsd_schedule(
     optimizer: Optimizer,
     num_warmup_steps: int,
@@ -218,12 +228,7 @@ def get_wsd_schedule(
             "Both num_training_steps and num_stable_steps are given; warmup_stable_decay uses num_stable_steps.",
             stacklevel=2,
         )
-    for key, value in (("warmup_type", warmup_type), ("decay_type", decay_type)):
-        if value not in lam.WSD_SHAPES:
-            raise ValueError(
-                f"`lr_scheduler_kwargs={{'{key}': {value!r}}}` is not supported; choose one of: "
-                + ", ".join(repr(shape) for shape in lam.WSD_SHAPES)
-            )
+    _check_wsd_shapes(warmup_type=warmup_type, decay_type=decay_type)
     if num_stable_steps is None:
         num_stable_steps = num_training_steps - num_warmup_steps - num_decay_steps
     fn = partial(
@@ -281,6 +286,23 @@ def _check_kwargs(name: str, builder: Callable[..., Any], kwargs: dict[str, Any]
         )
 
 
+def _scheduler_key(name: Any) -> str:
+    """The schedule's name as a plain string (from a str or a str-Enum), checked against the known ones."""
+    key = str(getattr(name, "value", name))
+    if key not in _BUILDERS:
+        raise ValueError(
+            f"`TrainingArguments(lr_scheduler_type={key!r})` is not supported; choose one of: "
+            + ", ".join(SCHEDULER_NAMES)
+        )
+    return key
+
+
+def _require(key: str, argument: str, value: int | None) -> None:
+    """Raise ValueError (as transformers does) when a step count the schedule needs is missing."""
+    if value is None:
+        raise ValueError(f"lr_scheduler_type={key!r} requires `{argument}`, please provide that argument.")
+
+
 def get_scheduler(
     name: str,
     optimizer: Optimizer,
@@ -296,12 +318,7 @@ def get_scheduler(
     (``TrainingArguments.lr_scheduler_kwargs``) go to the builder; constant and
     constant_with_warmup take none, and ignore them with a warning as transformers ignores them.
     """
-    key = str(getattr(name, "value", name))
-    if key not in _BUILDERS:
-        raise ValueError(
-            f"`TrainingArguments(lr_scheduler_type={key!r})` is not supported; choose one of: "
-            + ", ".join(SCHEDULER_NAMES)
-        )
+    key = _scheduler_key(name)
     builder = _BUILDERS[key]
     kwargs = dict(scheduler_specific_kwargs or {})
     if key in _IGNORE_KWARGS and kwargs:
@@ -313,19 +330,14 @@ def get_scheduler(
         return builder(optimizer)
     if key in _METRIC_DRIVEN:
         return builder(optimizer, **kwargs)
-    if num_warmup_steps is None:
-        raise ValueError(
-            f"lr_scheduler_type={key!r} requires `num_warmup_steps`, please provide that argument."
-        )
+    _require(key, "num_warmup_steps", num_warmup_steps)
     if key == "constant_with_warmup":
         return builder(optimizer, num_warmup_steps=num_warmup_steps)
     _check_kwargs(key, builder, kwargs)
     if key == "inverse_sqrt":
         return builder(optimizer, num_warmup_steps=num_warmup_steps, **kwargs)
-    if key not in _WARMUP_ONLY and num_training_steps is None:
-        raise ValueError(
-            f"lr_scheduler_type={key!r} requires `num_training_steps`, please provide that argument."
-        )
+    if key not in _WARMUP_ONLY:
+        _require(key, "num_training_steps", num_training_steps)
     return builder(
         optimizer, num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps, **kwargs
     )
