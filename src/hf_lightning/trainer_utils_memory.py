@@ -233,10 +233,9 @@ def find_executable_batch_size(
             except Exception as error:
                 if not is_out_of_memory_error(error):
                     raise
-                _release_memory()
-                logger.warning(
-                    "Out of memory with batch_size=%d; retrying with %d.", batch_size, batch_size // 2
-                )
-                batch_size //= 2
+            # Outside the except block the failed call's frames (and their tensors) are already released.
+            logger.warning("Out of memory with batch_size=%d; retrying with %d.", batch_size, batch_size // 2)
+            batch_size //= 2
+            _release_memory()
 
     return run_with_largest_batch_size

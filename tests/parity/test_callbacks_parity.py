@@ -110,12 +110,20 @@ def test_state_fields_match_transformers():
 def test_callback_states_match_transformers():
     """Stateful callbacks are exported under the same keys with the same content."""
     our_cbs = [ours.EarlyStoppingCallback(2, 0.1), ours.EarlyStoppingCallback(4), ours.TrainerControl(True)]
-    their_cbs = [theirs.EarlyStoppingCallback(2, 0.1), theirs.EarlyStoppingCallback(4), theirs.TrainerControl(True)]
+    their_cbs = [
+        theirs.EarlyStoppingCallback(2, 0.1),
+        theirs.EarlyStoppingCallback(4),
+        theirs.TrainerControl(True),
+    ]
     our_states = ours.TrainerState(stateful_callbacks=our_cbs).stateful_callbacks
-    assert json.dumps(our_states) == json.dumps(theirs.TrainerState(stateful_callbacks=their_cbs).stateful_callbacks)
+    assert json.dumps(our_states) == json.dumps(
+        theirs.TrainerState(stateful_callbacks=their_cbs).stateful_callbacks
+    )
 
 
-@pytest.mark.parametrize("steps", [dict(logging_steps=0.1, eval_steps=0.25, save_steps=0.3), dict(save_steps=7)])
+@pytest.mark.parametrize(
+    "steps", [dict(logging_steps=0.1, eval_steps=0.25, save_steps=0.3), dict(save_steps=7)]
+)
 @pytest.mark.parametrize("max_steps", [1, 17, 100])
 def test_compute_steps_matches_transformers(tmp_path, steps, max_steps):
     """Absolute logging/eval/save steps are resolved as transformers resolves them."""
@@ -129,20 +137,45 @@ def test_compute_steps_matches_transformers(tmp_path, steps, max_steps):
 # --- DefaultFlowCallback through the handler ---
 
 _FLOW_CASES = {
-    "steps-int": (dict(logging_steps=2, eval_strategy="steps", eval_steps=3, save_steps=4, max_steps=10), 4, 3),
-    "steps-ratio": (dict(logging_steps=0.1, eval_strategy="steps", eval_steps=0.25, save_steps=0.3, max_steps=17), 5, 4),
+    "steps-int": (
+        dict(logging_steps=2, eval_strategy="steps", eval_steps=3, save_steps=4, max_steps=10),
+        4,
+        3,
+    ),
+    "steps-ratio": (
+        dict(logging_steps=0.1, eval_strategy="steps", eval_steps=0.25, save_steps=0.3, max_steps=17),
+        5,
+        4,
+    ),
     "first-step": (dict(logging_first_step=True, logging_steps=5, save_strategy="no"), 3, 2),
     "eval-delay-steps": (dict(eval_strategy="steps", eval_steps=2, eval_delay=5, logging_steps=3), 4, 3),
     "epoch": (dict(logging_strategy="epoch", eval_strategy="epoch", save_strategy="epoch"), 3, 3),
-    "epoch-delay": (dict(logging_strategy="epoch", eval_strategy="epoch", eval_delay=1.5, save_strategy="no"), 2, 4),
+    "epoch-delay": (
+        dict(logging_strategy="epoch", eval_strategy="epoch", eval_delay=1.5, save_strategy="no"),
+        2,
+        4,
+    ),
     "epoch-delay-exact": (dict(eval_strategy="epoch", eval_delay=2, save_strategy="no"), 2, 4),
-    "best": (dict(eval_strategy="steps", eval_steps=3, save_strategy="best", metric_for_best_model="loss"), 4, 2),
+    "best": (
+        dict(eval_strategy="steps", eval_steps=3, save_strategy="best", metric_for_best_model="loss"),
+        4,
+        2,
+    ),
     "all-no": (dict(logging_strategy="no", eval_strategy="no", save_strategy="no"), 3, 2),
     "save-steps-zero": (dict(save_steps=0, logging_steps=4), 3, 2),
-    "fractional-epochs": (dict(logging_strategy="epoch", eval_strategy="steps", eval_steps=4, save_steps=3), 4, 2.5),
+    "fractional-epochs": (
+        dict(logging_strategy="epoch", eval_strategy="steps", eval_steps=4, save_steps=3),
+        4,
+        2.5,
+    ),
     "max-steps-mid-epoch": (dict(max_steps=7, eval_strategy="steps", eval_steps=5, save_steps=5), 5, 3),
     "load-best": (
-        dict(eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True, metric_for_best_model="acc"),
+        dict(
+            eval_strategy="epoch",
+            save_strategy="epoch",
+            load_best_model_at_end=True,
+            metric_for_best_model="acc",
+        ),
         2,
         3,
     ),
@@ -228,12 +261,12 @@ def _run_early_stopping(module, args, patience, threshold, values) -> list[tuple
     return record
 
 
+@pytest.mark.parametrize("args_kind", ["namespace", "ours"])
 @pytest.mark.parametrize("case", sorted(_EARLY_CASES))
-def test_early_stopping_matches_transformers(tmp_path, case):
+def test_early_stopping_matches_transformers(tmp_path, case, args_kind):
     """EarlyStoppingCallback counts and stops at the same evaluations as transformers'."""
     metric, greater, patience, threshold, values = _EARLY_CASES[case]
-    their_args = _their_args(
-        tmp_path,
+    kwargs = dict(
         eval_strategy="steps",
         eval_steps=1,
         save_steps=1,
@@ -241,7 +274,8 @@ def test_early_stopping_matches_transformers(tmp_path, case):
         greater_is_better=greater,
         load_best_model_at_end=True,
     )
-    our_args = _our_args("namespace", tmp_path, their_args)
+    their_args = _their_args(tmp_path, **kwargs)
+    our_args = _our_args(args_kind, tmp_path, their_args, **kwargs)
     expected = _run_early_stopping(theirs, their_args, patience, threshold, values)
     assert _run_early_stopping(ours, our_args, patience, threshold, values) == expected
 
