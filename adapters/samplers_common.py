@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import Sampler
 
 __all__ = ["as_length_list", "resolve_replicas"]
 
@@ -27,6 +28,11 @@ def resolve_replicas(num_replicas: int | None, rank: int | None, owner: str) -> 
 
 def as_length_list(lengths: Sequence[int] | Any, owner: str) -> list[int]:
     """Turn a list, tensor or array of per-sample lengths into a list of ints, rejecting bad values."""
+    if isinstance(lengths, Sampler):
+        raise ValueError(
+            f"`{owner}(lengths=...)` got a {type(lengths).__name__}, not per-sample lengths. The sampler is "
+            "already rank-aware: with a distributed lightning.Trainer pass `use_distributed_sampler=False`."
+        )
     if isinstance(lengths, torch.Tensor):
         lengths = lengths.tolist()
     elif hasattr(lengths, "tolist"):

@@ -191,6 +191,16 @@ def balance_partition(
     return counts, ranks
 
 
+class _EpochHandle:
+    """What ``BatchRebalanceSampler.sampler`` returns: Lightning calls ``set_epoch`` on it each epoch."""
+
+    def __init__(self, owner: BatchRebalanceSampler) -> None:
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+
 class BatchRebalanceSampler:
     """A batch sampler whose micro-batches balance padded-token cost within a step and across ranks.
 
@@ -236,6 +246,11 @@ class BatchRebalanceSampler:
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.epoch = 0
+
+    @property
+    def sampler(self) -> _EpochHandle:
+        """A handle whose ``set_epoch`` sets this sampler's epoch (what ``lightning.Trainer`` calls)."""
+        return _EpochHandle(self)
 
     @property
     def micro_batches_per_step(self) -> int:

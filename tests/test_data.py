@@ -12,6 +12,7 @@ import torch
 
 from hf_lightning.data import (
     DataCollatorWithPadding,
+    DefaultDataCollator,
     RemoveColumnsCollator,
     compute_lengths,
     default_data_collator,
@@ -76,6 +77,13 @@ def test_default_data_collator_matches_transformers(name: str, return_tensors: s
 
     features = FEATURE_TABLE[name]
     _assert_same_batch(default_data_collator(features, return_tensors), hf_collator(features, return_tensors))
+
+
+def test_default_data_collator_object_uses_its_return_tensors() -> None:
+    """DefaultDataCollator("np") returns numpy arrays unless the call overrides it."""
+    features = FEATURE_TABLE["int label + id lists"]
+    assert isinstance(DefaultDataCollator("np")(features)["labels"], np.ndarray)
+    assert isinstance(DefaultDataCollator("np")(features, return_tensors="pt")["labels"], torch.Tensor)
 
 
 def test_default_data_collator_rejects_unknown_return_tensors() -> None:

@@ -2,6 +2,7 @@
 
 * :func:`default_data_collator` stacks dict-like features into a batch; ``label`` / ``label_ids``
   become ``labels``.
+* :class:`DefaultDataCollator` is the same as an object with a fixed ``return_tensors``.
 * :class:`DataCollatorWithPadding` pads with the tokenizer (or any ``processing_class`` with a
   ``pad`` method) and renames ``label`` / ``label_ids`` to ``labels``.
 * :func:`signature_columns`, :func:`remove_unused_columns` and :class:`RemoveColumnsCollator` drop
@@ -24,6 +25,7 @@ import torch
 
 __all__ = [
     "DataCollatorWithPadding",
+    "DefaultDataCollator",
     "RemoveColumnsCollator",
     "compute_lengths",
     "default_data_collator",
@@ -119,6 +121,17 @@ def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -
             continue
         batch[key] = stack([row[key] for row in rows])
     return batch
+
+
+class DefaultDataCollator:
+    """:func:`default_data_collator` as an object, with ``return_tensors`` fixed at construction."""
+
+    def __init__(self, return_tensors: str = "pt") -> None:
+        _check_return_tensors(return_tensors, "DefaultDataCollator")
+        self.return_tensors = return_tensors
+
+    def __call__(self, features: Sequence[Any], return_tensors: str | None = None) -> dict[str, Any]:
+        return default_data_collator(features, return_tensors or self.return_tensors)
 
 
 class DataCollatorWithPadding:
