@@ -100,6 +100,7 @@ class HFModule(L.LightningModule):
         self.loss_settings = self._loss_settings(world_size=1)
         self.window_size = 1
         self.last_grad_norm: float | None = None
+        self.hf_lr_scheduler: Any = None
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
@@ -116,6 +117,11 @@ class HFModule(L.LightningModule):
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
 
     def configure_optimizers(self) -> Any:
+        """The optimizer for Lightning; the HF scheduler is kept here and stepped once per update.
+
+        Lightning is not given the scheduler: transformers' metric-driven schedules
+        (``reduce_lr_on_plateau``, ``greedy``) are stepped with the evaluation metric by the trainer.
+        """
         optimizer, scheduler = self._optimizers_given
         if optimizer is None:
             from hf_lightning.optim import create_optimizer
@@ -129,7 +135,8 @@ class HFModule(L.LightningModule):
                 self.args.lr_scheduler_type, optimizer,
                 num_warmup_steps=self.args.get_warmup_steps(total), num_training_steps=total,
                 scheduler_specific_kwargs=self.args.lr_scheduler_kwargs or {})
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        self.hf_lr_scheduler = scheduler
+        return optimizer
 
     def on_train_start(self) -> None:
         self.driver.on_train_begin()
@@ -162,9 +169,8 @@ class HFModule(L.LightningModule):
         optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
         self.driver.on_optimizer_step()
         learning_rate = self.current_learning_rate()
-        scheduler = self.lr_schedulers()
-        if scheduler is not None and not isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            scheduler.step()
+        if self._steps_per_update(self.hf_lr_scheduler):
+            self.hf_lr_scheduler.step()
         self.model.zero_grad()
         self.driver.on_step_end(self.last_grad_norm, learning_rate)
 
@@ -206,9 +212,16 @@ class HFModule(L.LightningModule):
 
     def current_learning_rate(self) -> float:
         """The learning rate of the first parameter group as the scheduler last set it."""
-        scheduler = self.lr_schedulers()
-        if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler = self.hf_lr_scheduler
+        if not self._steps_per_update(scheduler):
             optimizer = self.optimizers()
             optimizer = getattr(optimizer, "optimizer", optimizer)
             return float(optimizer.param_groups[0]["lr"])
         return float(scheduler.get_last_lr()[0])
+
+    @staticmethod
+    def _steps_per_update(scheduler: Any) -> bool:
+        """Whether ``scheduler`` steps after every optimizer update (metric-driven ones step on evaluation)."""
+        if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            return False
+        return type(scheduler).__name__ != "GreedyLR"

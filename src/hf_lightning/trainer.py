@@ -73,11 +73,10 @@ class Trainer(TrainerTrainMixin, TrainerOptimMixin, TrainerDataMixin, TrainerLog
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
-        from hf_lightning.adapters.accelerator import LightningAccelerator
         from hf_lightning.adapters.argument_table import check_supported
 
         check_supported(args)
-        self.accelerator = LightningAccelerator()
+        self.create_accelerator_and_postprocess()
         self.model_init = model_init
         if model is None:
             if model_init is None:
@@ -235,6 +234,54 @@ class Trainer(TrainerTrainMixin, TrainerOptimMixin, TrainerDataMixin, TrainerLog
         """Move ``inputs`` to the model's device (Lightning has usually done it already)."""
         device = self.accelerator.device
         return _to_device(inputs, device)
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any = None) -> tuple[list, Any]:
+        """Take up to ``num_batches`` micro-batches and count their target tokens (``num_items_in_batch``).
+
+        The Lightning module does this once per window (``AccumulationWindows``); this method is the
+        same computation for code that drives batches itself.
+        """
+        from hf_lightning.loss import count_items_in_batch
+
+        batches = []
+        for _ in range(num_batches):
+            try:
+                batches.append(next(epoch_iterator))
+            except StopIteration:
+                break
+        if not (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            return batches, None
+        count = count_items_in_batch(batches, shift_labels=self.loss_shifts_labels)
+        if count is not None and self.args.average_tokens_across_devices:
+            count = self.accelerator.reduce(count, "sum")
+        return batches, count if count is None or device is None else count.to(device)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        """(Re)create ``self.accelerator``: the Lightning-backed shim bound to the module during train()."""
+        from hf_lightning.adapters.accelerator import LightningAccelerator
+
+        self.accelerator = LightningAccelerator()
+
+    def get_tp_size(self) -> int:
+        """Tensor-parallel degree: 1 (tensor parallelism is not supported yet)."""
+        return 1
+
+    def get_cp_size(self) -> int:
+        """Context-parallel degree: 1 (context parallelism is not supported yet)."""
+        return 1
+
+    def get_sp_size(self) -> int:
+        """Sequence-parallel degree: 1 (sequence parallelism is not supported yet)."""
+        return 1
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        raise NotImplementedError("Pushing to the Hugging Face Hub (`init_hf_repo`) is not supported by hf_lightning yet")
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")
+
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("`Trainer.create_model_card` is not supported by hf_lightning yet")
 
     # --- processes -------------------------------------------------------------------------
     def is_local_process_zero(self) -> bool:
