@@ -25,6 +25,18 @@ fsynced, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in o
 at any point leaves either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
 objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
 :class:`CheckpointError` naming it.
+
+Several processes (``world_size > 1``) call :func:`save_checkpoint` with the same ``output_dir`` and
+``global_step``; each writes its own ``rng_state_{process_index}.pth``:
+
+- with ``barrier`` (e.g. ``torch.distributed.barrier``), every rank calls it. The main process creates the
+  staging folder, [barrier], every rank writes its RNG file into it while the main process writes the
+  shared files, [barrier], the main process publishes, [barrier]. The folder appears complete, with every
+  rank's file. A rank that fails raises; ending the others is the caller's collective error handling.
+- without ``barrier``, the main process saves and publishes with its own RNG file; after the caller's own
+  barrier, the other ranks call ``save_checkpoint(..., is_main_process=False)`` (or
+  :func:`write_rank_files` on the published folder) to add theirs, each file replaced atomically. A rank
+  file missing at resume is logged and skipped, as transformers does.
 """
 
 from __future__ import annotations
@@ -258,17 +270,8 @@ def save_checkpoint(
     folder is not resumable (see :func:`is_checkpoint_complete`). ``save_only_model`` writes neither
     optimizer, scheduler, scaler nor RNG files. ``extra_files`` maps plain file names to bytes, text, or a
     callable that writes the given path; they are published together with the rest. Saving the same step
-    again replaces the previous folder.
-
-    Several processes (``world_size > 1``) call it with the same ``output_dir`` and ``global_step``:
-
-    - with ``barrier`` (e.g. ``torch.distributed.barrier``) every rank calls ``save_checkpoint``. The main
-      process creates the staging folder, [barrier], every rank writes ``rng_state_{rank}.pth`` into it while
-      the main process writes the shared files, [barrier], the main process publishes, [barrier]. The
-      published folder is complete with every rank's file.
-    - without ``barrier`` the main process saves and publishes with its own RNG file; after the caller's own
-      barrier, the other ranks call ``save_checkpoint(..., is_main_process=False)`` (or
-      :func:`write_rank_files` on the published folder) to add theirs, each file replaced atomically.
+    again replaces the previous folder. With ``world_size > 1`` see "Several processes" in the module
+    docstring for the roles of ``is_main_process``, ``process_index`` and ``barrier``.
     """
     _check_save_call(global_step, process_index, world_size)
     final = checkpoint_path(output_dir, global_step)
