@@ -14,6 +14,8 @@ the two in step and checks that the table and the dataclass name the same fields
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -30,10 +32,10 @@ __all__ = [
     "ArgumentRow",
     "carriers_for",
     "check_supported",
+    "field_default",
     "is_default_value",
     "non_default_fields",
     "not_yet_fields",
-    "render_markdown",
     "table_for",
 ]
 
@@ -68,7 +70,7 @@ _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
 _TRACKIO = "Trackio logger (not built)"
 _SCRIPT = "informational (for the user's script; stored in to_dict)"
 
-# Ordered as in the specification; see ``render_markdown`` for the rendered form.
+# Ordered as in the specification (and as the dataclass declares its fields).
 _TABLE: dict[str, ArgumentRow] = {
     **_rows(
         SUPPORTED,
@@ -218,7 +220,7 @@ _TABLE: dict[str, ArgumentRow] = {
     "fsdp_config": ArgumentRow("FSDPStrategy (not built)", NOT_YET),
     "deepspeed": ArgumentRow("DeepSpeedStrategy (not built)", NOT_YET),
     "debug": ArgumentRow("debug tools: underflow/overflow detection (not built)", NOT_YET),
-    "skip_memory_metrics": ArgumentRow("memory metrics (not built; only the default True works)", NOT_YET),
+    "skip_memory_metrics": ArgumentRow("Trainer facade (TrainerMemoryTracker: *_mem_* metrics)"),
     **_rows(
         NOT_APPLICABLE,
         {
@@ -262,7 +264,8 @@ def carriers_for(args: Any) -> Mapping[str, str]:
     )
 
 
-def _field_default(field: dataclasses.Field) -> Any:
+def field_default(field: dataclasses.Field) -> Any:
+    """The default of a dataclass field (its factory called), or ``dataclasses.MISSING``."""
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
@@ -301,12 +304,32 @@ def _is_empty(value: Any) -> bool:
     return value is None or value is False or (isinstance(value, (str, list, dict, tuple)) and not value)
 
 
+@functools.cache
+def _normalized_defaults(cls: type) -> Mapping[str, Any]:
+    """The field values of ``cls()``: defaults as ``__post_init__`` leaves them (empty if it needs arguments)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            instance = cls()
+    except (TypeError, ValueError):
+        return MappingProxyType({})
+    return MappingProxyType({f.name: getattr(instance, f.name) for f in dataclasses.fields(cls)})
+
+
 def non_default_fields(args: Any) -> list[str]:
-    """The fields of ``args`` (an instance) whose value differs from the field's default, in field order."""
+    """The fields of ``args`` (an instance) whose value differs from the default, in field order.
+
+    A value counts as the default when it equals the field's declared default (see
+    :func:`is_default_value`) or the value a default-constructed instance holds after ``__post_init__``
+    (e.g. an ``accelerator_config`` filled with its default keys).
+    """
+    normalized = _normalized_defaults(type(args))
+    missing = object()
     return [
         field.name
         for field in dataclasses.fields(args)
-        if not is_default_value(getattr(args, field.name), _field_default(field))
+        if not is_default_value(value := getattr(args, field.name), field_default(field))
+        and not _equal(value, normalized.get(field.name, missing))
     ]
 
 
@@ -316,67 +339,27 @@ def not_yet_fields(args: Any) -> list[str]:
     return [name for name in non_default_fields(args) if name in table and table[name].status == NOT_YET]
 
 
+def _shown(value: Any) -> str:
+    """``repr`` of a value, with ``str`` enum members shown as their plain values."""
+    if isinstance(value, Enum):
+        return repr(value.value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_shown(item) for item in value) + "]"
+    return repr(value)
+
+
 def check_supported(args: Any) -> None:
     """Raise one ``NotImplementedError`` naming every "not yet" field that ``args`` sets."""
     names = not_yet_fields(args)
     if not names:
         return
-    calls = "\n".join(f"  `TrainingArguments({name}={getattr(args, name)!r})`" for name in names)
-    raise NotImplementedError(
-        f"These arguments are not supported by hf_lightning yet; leave them at their defaults:\n{calls}\n"
-        "See docs/arguments.md for the carrier of every argument."
+    table, cls = table_for(args), type(args).__name__
+    lines = "\n".join(
+        f"  `{cls}({name}={_shown(getattr(args, name))})` is not supported by hf_lightning yet "
+        f"(carrier: {table[name].carrier})"
+        for name in names
     )
-
-
-def _cell(value: Any) -> str:
-    text = f'"{value}"' if isinstance(value, str) else repr(value)
-    return text.replace("|", "\\|")
-
-
-def _table_lines(args_cls: type, rows: Mapping[str, ArgumentRow]) -> list[str]:
-    lines = ["| field | default | carrier | status |", "|---|---|---|---|"]
-    for field in dataclasses.fields(args_cls):
-        row = rows.get(field.name)
-        if row is None:
-            continue
-        default = _field_default(field)
-        shown = "required" if default is dataclasses.MISSING else _cell(default)
-        lines.append(f"| `{field.name}` | `{shown}` | {row.carrier} | {row.status} |")
-    return lines
-
-
-def _summary(rows: Mapping[str, ArgumentRow]) -> list[str]:
-    counts = {status: sum(row.status == status for row in rows.values()) for status in STATUSES}
-    not_yet = ", ".join(f"`{name}`" for name, row in rows.items() if row.status == NOT_YET)
-    return [
-        ", ".join(f"{count} {status}" for status, count in counts.items()) + ".",
-        "",
-        f"Not yet: {not_yet}.",
-    ]
-
-
-def render_markdown(training_cls: type, seq2seq_cls: type | None = None) -> str:
-    """The argument table as a markdown page: field, default, carrier, status for every field."""
-    lines = [
-        "# TrainingArguments: where each argument goes",
-        "",
-        "Generated by `python tools/gen_arguments_doc.py` from `adapters/argument_table.py`; do not edit.",
-        "`print(to_lightning(args))` shows the same carriers for the arguments of one run.",
-        "",
-        "Status: **supported**: the carrier implements it; **not yet**: a non-default value raises",
-        "`NotImplementedError` naming it; **not applicable**: transformers does not act on it either.",
-        "",
-        *_table_lines(training_cls, ARGUMENT_TABLE),
-        "",
-        *_summary(ARGUMENT_TABLE),
-    ]
-    if seq2seq_cls is not None:
-        lines += [
-            "",
-            "## Seq2SeqTrainingArguments",
-            "",
-            "Everything above, plus:",
-            "",
-            *_table_lines(seq2seq_cls, SEQ2SEQ_ARGUMENT_TABLE),
-        ]
-    return "\n".join(lines) + "\n"
+    raise NotImplementedError(
+        f"{len(names)} argument(s) set that hf_lightning does not carry yet; leave them at their defaults:\n"
+        f"{lines}\nThe carrier and status of every argument: docs/arguments.md"
+    )

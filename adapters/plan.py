@@ -102,7 +102,8 @@ class LightningPlan:
 
     Equal arguments give equal plans. ``trainer_kwargs``, ``strategy`` and ``loggers`` are built from
     the values on first access and then kept, so ``plan.trainer_kwargs["logger"]`` holds the very
-    objects in ``plan.loggers``.
+    objects in ``plan.loggers``. Build one ``lightning.Trainer`` per plan (a strategy object belongs to
+    one Trainer); call ``to_lightning`` again for another.
     """
 
     trainer_settings: Mapping[str, Any]
@@ -172,7 +173,7 @@ class LightningPlan:
                 f"  HFModule: {_describe_group(self.module)}",
                 f"  data: {_describe_group(self.data)}",
                 f"  seed={self.seed}, full_determinism={self.full_determinism}, tf32={self.tf32}",
-                "  arguments set -> carrier:",
+                "  arguments set -> carrier:" + ("" if self.arguments_set else " none (all defaults)"),
                 *(
                     f"    {name}={value} -> {self.carriers.get(name, 'not read by hf_lightning')}"
                     for name, value in self.arguments_set

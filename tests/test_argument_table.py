@@ -1,0 +1,172 @@
+"""The argument table: one row per TrainingArguments field, a fresh docs page, and "not yet" refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hf_lightning.adapters.argument_table import (
+    ARGUMENT_TABLE,
+    NOT_YET,
+    SEQ2SEQ_ARGUMENT_TABLE,
+    STATUSES,
+    carriers_for,
+    check_supported,
+    is_default_value,
+    not_yet_fields,
+)
+
+from hf_lightning.enums import HubStrategy
+from hf_lightning.training_args import TrainingArguments
+from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A non-default value for every "not yet" field; a new "not yet" row needs an entry here.
+NOT_YET_VALUES = {
+    "optim_target_modules": ["attn"],
+    "use_liger_kernel": True,
+    "liger_kernel_config": {"rope": True},
+    "auto_find_batch_size": True,
+    "trackio_space_id": "me/space",
+    "trackio_bucket_id": "bucket",
+    "trackio_static_space_id": "me/static",
+    "push_to_hub": True,
+    "hub_token": "hf_token",
+    "hub_private_repo": True,
+    "hub_model_id": "me/model",
+    "hub_strategy": "end",
+    "hub_always_push": True,
+    "hub_revision": "dev",
+    "accelerator_config": {"split_batches": True},
+    "parallelism_config": {"tp_size": 2},
+    "fsdp": True,
+    "fsdp_config": {"version": 2},
+    "deepspeed": "ds.json",
+    "debug": "underflow_overflow",
+}
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _load_doc_tool():
+    spec = importlib.util.spec_from_file_location(
+        "gen_arguments_doc", ROOT / "tools" / "gen_arguments_doc.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_training_argument_has_a_row():
+    """Each TrainingArguments field appears in the table."""
+    assert sorted(_field_names(TrainingArguments) - set(ARGUMENT_TABLE)) == []
+
+
+def test_table_names_only_real_fields():
+    """The table names no field that TrainingArguments lacks."""
+    assert sorted(set(ARGUMENT_TABLE) - _field_names(TrainingArguments)) == []
+
+
+def test_seq2seq_rows_match_the_added_fields():
+    """The seq2seq rows are exactly the fields Seq2SeqTrainingArguments adds."""
+    added = _field_names(Seq2SeqTrainingArguments) - _field_names(TrainingArguments)
+    assert set(SEQ2SEQ_ARGUMENT_TABLE) == added
+
+
+@pytest.mark.parametrize("name,row", sorted({**ARGUMENT_TABLE, **SEQ2SEQ_ARGUMENT_TABLE}.items()))
+def test_row_has_a_carrier_and_a_known_status(name, row):
+    """Every row names a carrier and one of the three statuses."""
+    assert row.carrier.strip() and row.status in STATUSES
+
+
+def test_docs_page_is_fresh():
+    """docs/arguments.md equals what tools/gen_arguments_doc.py renders from the table."""
+    tool = _load_doc_tool()
+    current = (ROOT / "docs" / "arguments.md").read_text(encoding="utf-8")
+    assert current == tool.render(), "docs/arguments.md is stale; run: python tools/gen_arguments_doc.py"
+
+
+def test_docs_page_lists_every_field_once():
+    """The rendered page has one table line per TrainingArguments and seq2seq field."""
+    text = _load_doc_tool().render()
+    for name in _field_names(Seq2SeqTrainingArguments):
+        assert text.count(f"| `{name}` |") == 1, name
+
+
+def test_not_yet_values_cover_every_not_yet_row():
+    """The refusal table below exercises every "not yet" row."""
+    assert set(NOT_YET_VALUES) == {name for name, row in ARGUMENT_TABLE.items() if row.status == NOT_YET}
+
+
+def test_defaults_are_supported():
+    """Default arguments (plain and seq2seq) raise nothing."""
+    check_supported(TrainingArguments())
+    check_supported(Seq2SeqTrainingArguments())
+
+
+@pytest.mark.parametrize("name,value", sorted(NOT_YET_VALUES.items()))
+def test_not_yet_field_with_a_value_is_refused(name, value):
+    """A "not yet" field set to a non-default value raises NotImplementedError naming it."""
+    args = TrainingArguments()
+    setattr(args, name, value)
+    with pytest.raises(NotImplementedError, match=rf"`TrainingArguments\({name}="):
+        check_supported(args)
+
+
+def test_one_error_names_every_not_yet_field():
+    """Several "not yet" fields are reported together, in one error."""
+    args = TrainingArguments(deepspeed="ds.json", push_to_hub=True, use_liger_kernel=True)
+    with pytest.raises(NotImplementedError) as caught:
+        check_supported(args)
+    message = str(caught.value)
+    assert "`TrainingArguments(deepspeed='ds.json')` is not supported by hf_lightning yet" in message
+    assert "`TrainingArguments(push_to_hub=True)`" in message
+    assert "`TrainingArguments(use_liger_kernel=True)`" in message
+
+
+def test_refusal_names_the_seq2seq_class():
+    """The error quotes the class the user built."""
+    with pytest.raises(NotImplementedError, match=r"`Seq2SeqTrainingArguments\(fsdp=True\)`"):
+        check_supported(Seq2SeqTrainingArguments(fsdp=True))
+
+
+def test_supported_fields_are_not_refused():
+    """Setting supported and not-applicable fields is fine."""
+    args = TrainingArguments(bf16=True, max_steps=3, do_train=True, report_to="csv", local_rank=0)
+    assert not_yet_fields(args) == []
+
+
+@dataclasses.dataclass
+class _Config:
+    split_batches: bool = False
+
+
+@pytest.mark.parametrize(
+    "value,default,expected",
+    [
+        ("", "", True),
+        ([], "", True),  # debug: "" normalised to []
+        (None, None, True),
+        (_Config(), None, True),  # a config object built from nothing
+        (_Config(split_batches=True), None, False),
+        (HubStrategy.EVERY_SAVE, "every_save", True),
+        (HubStrategy.END, "every_save", False),
+        (0, None, False),
+        (False, None, True),
+        (True, False, False),
+        ("ds.json", None, False),
+    ],
+)
+def test_is_default_value(value, default, expected):
+    """Normalised defaults count as defaults; anything else does not."""
+    assert is_default_value(value, default) is expected
+
+
+def test_carriers_cover_every_field():
+    """carriers_for gives a carrier for every field of the arguments, seq2seq included."""
+    assert set(carriers_for(Seq2SeqTrainingArguments())) == _field_names(Seq2SeqTrainingArguments)
