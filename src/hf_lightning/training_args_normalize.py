@@ -24,7 +24,7 @@ from hf_lightning.enums import (
 )
 from hf_lightning.training_args_fsdp import normalize_fsdp
 
-__all__ = ["available_integrations", "normalize", "parse_json_dict"]
+__all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
 logger = logging.getLogger("hf_lightning")
 
@@ -36,6 +36,16 @@ _ENUM_FIELDS: tuple[tuple[str, type[ChoiceEnum]], ...] = (
     ("lr_scheduler_type", SchedulerType),
     ("optim", OptimizerNames),
 )
+
+# Keys of transformers' AcceleratorConfig and their defaults.
+ACCELERATOR_CONFIG_DEFAULTS: dict[str, Any] = {
+    "split_batches": False,
+    "dispatch_batches": None,
+    "even_batches": True,
+    "use_seedable_sampler": True,
+    "non_blocking": False,
+    "gradient_accumulation_kwargs": None,
+}
 
 # Reporting integrations in transformers' order, each with the modules that must be importable.
 _INTEGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -76,9 +86,7 @@ def normalize(args: Any) -> list[str]:
     _compile_settings(args)
     if args.use_cpu:
         args.dataloader_pin_memory = False
-    if isinstance(args.accelerator_config, str) and os.path.isfile(args.accelerator_config):
-        with open(args.accelerator_config, encoding="utf-8") as f:
-            args.accelerator_config = json.load(f)
+    problems += _accelerator_config(args)
     problems += normalize_fsdp(args)
     return problems
 
@@ -178,6 +186,24 @@ def _has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def _accelerator_config(args: Any) -> list[str]:
+    """accelerator_config as a dict over the defaults (as transformers' AcceleratorConfig serialises)."""
+    given = args.accelerator_config
+    if isinstance(given, str):
+        with open(given, encoding="utf-8") as f:
+            given = json.load(f)
+    elif given is not None and not isinstance(given, dict) and hasattr(given, "to_dict"):
+        given = given.to_dict()
+    given = dict(given or {})
+    given.pop("use_configured_state", None)  # transformers consumes it when it sets up the devices
+    unknown = sorted(set(given) - set(ACCELERATOR_CONFIG_DEFAULTS))
+    args.accelerator_config = {**ACCELERATOR_CONFIG_DEFAULTS, **given}
+    if unknown:
+        cls, allowed = type(args).__name__, ", ".join(ACCELERATOR_CONFIG_DEFAULTS)
+        return [f"`{cls}(accelerator_config=...)` has unknown keys {unknown}; allowed keys: {allowed}"]
+    return []
 
 
 def _integral_steps(args: Any) -> None:

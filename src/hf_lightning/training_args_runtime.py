@@ -2,7 +2,8 @@
 
 Ranks and world size are read from the standard launcher variables (``WORLD_SIZE``, ``RANK``,
 ``LOCAL_RANK``) each time they are asked for, falling back to an initialised ``torch.distributed``.
-Nothing here starts a process group or touches accelerate.
+Nothing here starts a process group or touches accelerate; torch is imported only when a property
+needs it, so building the arguments stays cheap.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import math
 import os
 from collections.abc import Iterator
 from datetime import timedelta
-
-import torch
+from typing import TYPE_CHECKING
 
 from hf_lightning.enums import ParallelMode
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["LOG_LEVELS", "RuntimeMixin", "resolve_steps"]
 
@@ -41,7 +44,14 @@ def resolve_steps(value: float, max_steps: int) -> int:
     return int(value)
 
 
+def _torch():
+    import torch
+
+    return torch
+
+
 def _distributed() -> bool:
+    torch = _torch()
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
@@ -59,7 +69,7 @@ class RuntimeMixin:
         env = _env_int("WORLD_SIZE")
         if env is not None:
             return env
-        return torch.distributed.get_world_size() if _distributed() else 1
+        return _torch().distributed.get_world_size() if _distributed() else 1
 
     @property
     def process_index(self) -> int:
@@ -67,7 +77,7 @@ class RuntimeMixin:
         env = _env_int("RANK")
         if env is not None:
             return env
-        return torch.distributed.get_rank() if _distributed() else 0
+        return _torch().distributed.get_rank() if _distributed() else 0
 
     @property
     def local_process_index(self) -> int:
@@ -80,13 +90,14 @@ class RuntimeMixin:
     @property
     def n_gpu(self) -> int:
         """GPUs this process drives: 0 on CPU, 1 per process when distributed, else every visible GPU."""
-        if self.use_cpu or not torch.cuda.is_available():
+        if self.use_cpu or not _torch().cuda.is_available():
             return 0
-        return 1 if self.world_size > 1 else torch.cuda.device_count()
+        return 1 if self.world_size > 1 else _torch().cuda.device_count()
 
     @property
     def device(self) -> torch.device:
         """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
+        torch = _torch()
         if self.use_cpu or not torch.cuda.is_available():
             return torch.device("cpu")
         return torch.device("cuda", self.local_process_index)
@@ -153,9 +164,9 @@ class RuntimeMixin:
         try:
             if not is_main:
                 logger.debug("%d: waiting for the main process to finish %s", self.process_index, desc)
-                torch.distributed.barrier()
+                _torch().distributed.barrier()
             yield
         finally:
             if is_main:
                 logger.debug("%d: main process finished %s", self.process_index, desc)
-                torch.distributed.barrier()
+                _torch().distributed.barrier()

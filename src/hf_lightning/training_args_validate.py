@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
-
 __all__ = ["RULES", "check", "find_problems"]
 
 _LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
@@ -82,6 +80,8 @@ def _precision(args: Any) -> Iterator[str]:
 
 
 def _tf32_available() -> bool:
+    import torch
+
     if not torch.cuda.is_available() or torch.version.cuda is None:
         return False
     return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8

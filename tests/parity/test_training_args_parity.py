@@ -16,12 +16,9 @@ import transformers
 from hf_lightning.training_args import TrainingArguments
 from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
 
-# to_dict values that differ on purpose (the keys are always the same).
-KNOWN_VALUE_DIFFERENCES = {
-    # transformers turns None into an accelerate AcceleratorConfig and serialises its defaults;
-    # hf_lightning has no accelerate and keeps what the user gave (None, a dict or a JSON file's dict).
-    "accelerator_config",
-}
+# to_dict values that differ on purpose (the keys are always the same). None at present: even
+# accelerator_config is serialised like transformers' AcceleratorConfig (its defaults filled in).
+KNOWN_VALUE_DIFFERENCES: set[str] = set()
 
 THEIR_FIELDS = dataclasses.fields(transformers.TrainingArguments)
 OUR_FIELDS = {f.name: f for f in dataclasses.fields(TrainingArguments)}
@@ -92,7 +89,11 @@ CASES = {
         "save_steps": 500,
     },
     "best_epoch": {"load_best_model_at_end": True, "eval_strategy": "epoch", "save_strategy": "epoch"},
-    "best_with_save_best": {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "best"},
+    "best_with_save_best": {
+        "load_best_model_at_end": True,
+        "eval_strategy": "steps",
+        "save_strategy": "best",
+    },
     "best_ratio_multiple": {
         "load_best_model_at_end": True,
         "eval_strategy": "steps",
@@ -113,7 +114,11 @@ CASES = {
     },
     "metric_without_best": {"metric_for_best_model": "f1"},
     "greater_is_better_given": {"metric_for_best_model": "accuracy", "greater_is_better": False},
-    "save_best_with_metric": {"save_strategy": "best", "eval_strategy": "steps", "metric_for_best_model": "acc"},
+    "save_best_with_metric": {
+        "save_strategy": "best",
+        "eval_strategy": "steps",
+        "metric_for_best_model": "acc",
+    },
     "plateau_with_eval": {"lr_scheduler_type": "reduce_lr_on_plateau", "eval_strategy": "epoch"},
     "greedy_with_eval": {"lr_scheduler_type": "greedy", "eval_strategy": "steps"},
     "cosine_warmup_ratio": {"lr_scheduler_type": "cosine", "warmup_steps": 0.1},
@@ -140,7 +145,11 @@ CASES = {
     "fsdp_v1_hybrid": {"fsdp": "hybrid_shard", "fsdp_config": {"version": 1}},
     "workers_prefetch": {"dataloader_num_workers": 2, "dataloader_prefetch_factor": 2},
     "workers_persistent": {"dataloader_num_workers": 1, "dataloader_persistent_workers": True},
-    "optimizer_and_batch": {"optim": "sgd", "per_device_train_batch_size": 4, "per_device_eval_batch_size": 3},
+    "optimizer_and_batch": {
+        "optim": "sgd",
+        "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 3,
+    },
     "output_dir_default": {"output_dir": None},
     "bf16_on_cpu": {"bf16": True},
     "tf32_off": {"tf32": False},
@@ -158,7 +167,11 @@ CASES = {
     "eval_steps_fractional": {"eval_strategy": "steps", "eval_steps": 10.5},
     "save_steps_fractional": {"save_steps": 10.5},
     "eval_steps_without_any_steps": {"eval_strategy": "steps", "logging_steps": 0, "logging_strategy": "no"},
-    "best_strategies_differ": {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "epoch"},
+    "best_strategies_differ": {
+        "load_best_model_at_end": True,
+        "eval_strategy": "steps",
+        "save_strategy": "epoch",
+    },
     "best_without_eval": {"load_best_model_at_end": True},
     "best_not_multiple": {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 300},
     "best_ratio_and_count": {
@@ -185,6 +198,9 @@ CASES = {
     "fsdp_bad_word": {"fsdp": "shard_everything"},
     "fsdp_v2_hybrid": {"fsdp": "hybrid_shard"},
     "fsdp_bad_wrap_policy": {"fsdp": True, "fsdp_config": {"auto_wrap_policy": "WRAP_ALL"}},
+    "accelerator_config_dict": {"accelerator_config": {"split_batches": True, "use_configured_state": False}},
+    "accelerator_config_json": {"accelerator_config": '{"even_batches": "false"}'},
+    "tf32_needs_ampere": {"tf32": True},  # raises in both without an Ampere GPU, passes in both with one
 }
 
 DERIVED = (
@@ -252,7 +268,12 @@ def test_report_to_none_means_no_integration(tmp_path):
 
 
 SETTER_CALLS = {
-    "set_training": {"learning_rate": 1e-4, "batch_size": 32, "num_epochs": 2, "activation_checkpointing": True},
+    "set_training": {
+        "learning_rate": 1e-4,
+        "batch_size": 32,
+        "num_epochs": 2,
+        "activation_checkpointing": True,
+    },
     "set_training_defaults": {},
     "set_evaluate": {"strategy": "steps", "steps": 100, "batch_size": 4, "delay": 2.0, "loss_only": True},
     "set_evaluate_defaults": {},
@@ -325,3 +346,22 @@ def test_json_string_loads_in_transformers(tmp_path):
     ours = json.loads(TrainingArguments(output_dir=str(tmp_path)).to_json_string())
     theirs = json.loads(_build(transformers.TrainingArguments, tmp_path, {}).to_json_string())
     assert ours.keys() == theirs.keys()
+
+
+def test_accepts_transformers_enums(tmp_path):
+    """transformers' own enum members are accepted wherever a strategy name is."""
+    from transformers.trainer_utils import IntervalStrategy, SchedulerType
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), eval_strategy=IntervalStrategy.STEPS, lr_scheduler_type=SchedulerType.COSINE
+    )
+    assert (args.eval_strategy, args.lr_scheduler_type) == ("steps", "cosine")
+
+
+def test_rebuilds_from_transformers_to_dict(tmp_path):
+    """TrainingArguments(**transformers_args.to_dict()) works and keeps every value."""
+    theirs = _build(
+        transformers.TrainingArguments, tmp_path, {"eval_strategy": "steps", "fsdp": "full_shard"}
+    )
+    ours = TrainingArguments(**theirs.to_dict())
+    assert ours.to_dict() == theirs.to_dict()
