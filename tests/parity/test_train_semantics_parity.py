@@ -113,7 +113,8 @@ def test_custom_loss_changes_training(tmp_path):
 
     def run(loss_fn):
         args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                              max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.1)
+                                              max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.1,
+                                              max_grad_norm=0.0)
         trainer = hf_lightning.Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16),
                                        compute_loss_func=loss_fn)
         trainer.train()
