@@ -101,6 +101,7 @@ class HFModule(L.LightningModule):
         self.window_size = 1
         self.last_grad_norm: float | None = None
         self.hf_lr_scheduler: Any = None
+        self.train_model: nn.Module = model
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
@@ -115,6 +116,11 @@ class HFModule(L.LightningModule):
     # --- Lightning hooks -------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
+        self.train_model = self.model
+        if self.args.torch_compile:
+            # transformers compiles the model it trains; the saved weights keep the plain names.
+            self.train_model = torch.compile(self.model, backend=self.args.torch_compile_backend or "inductor",
+                                             mode=self.args.torch_compile_mode)
 
     def configure_optimizers(self) -> Any:
         """The optimizer for Lightning; the HF scheduler is kept here and stepped once per update.
@@ -162,7 +168,7 @@ class HFModule(L.LightningModule):
         for index, inputs in enumerate(window):
             if index == 0:
                 self.driver.on_step_begin()
-            loss = self.driver.training_step(self.model, inputs, num_items)
+            loss = self.driver.training_step(self.train_model, inputs, num_items)
             self.driver.on_micro_batch_end(inputs, loss)
             if index < len(window) - 1:
                 self.driver.on_substep_end()

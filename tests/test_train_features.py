@@ -173,3 +173,38 @@ def test_trainer_helpers(tmp_path):
     assert all("bias" not in name and "ln_" not in name for name in decay)
     wte = trainer.model.transformer.wte.weight
     assert trainer.get_optimizer_group(wte)["weight_decay"] == 0.1
+
+
+def test_torch_compile_trains_with_the_same_numbers(tmp_path):
+    """torch_compile (eager backend on CPU) trains to the same losses as the uncompiled model."""
+    plain = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
+                   max_steps=2, logging_steps=1)
+    compiled = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8),
+                      per_device_train_batch_size=2, max_steps=2, logging_steps=1, torch_compile=True,
+                      torch_compile_backend="eager")
+    assert [h["loss"] for h in step_logs(compiled)] == pytest.approx([h["loss"] for h in step_logs(plain)], rel=1e-5)
+    assert "_orig_mod" not in "".join(compiled.model.state_dict())
+
+
+def test_activation_checkpointing_trains_with_the_same_numbers(tmp_path):
+    """activation_checkpointing recomputes activations but gives the same losses."""
+    plain = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
+                   max_steps=2, logging_steps=1)
+    ckpt = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
+                  max_steps=2, logging_steps=1, activation_checkpointing=True)
+    assert ckpt.model.is_gradient_checkpointing
+    assert [h["loss"] for h in step_logs(ckpt)] == pytest.approx([h["loss"] for h in step_logs(plain)], rel=1e-5)
+
+
+def test_activation_checkpointing_needs_a_capable_model(tmp_path):
+    """activation_checkpointing on a plain nn.Module: a clear error naming the argument."""
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        _train(tmp_path, per_device_train_batch_size=4, max_steps=1, activation_checkpointing=True)
+
+
+def test_every_callback_event_is_bridged():
+    """Contract: every TrainerCallback.on_* event is listed where the loop fires it."""
+    from hf_lightning.trainer_loop import BRIDGED_EVENTS
+
+    events = {name for name in dir(hf_lightning.TrainerCallback) if name.startswith("on_")}
+    assert set(BRIDGED_EVENTS) == events

@@ -24,7 +24,27 @@ from typing import Any
 
 import torch
 
-__all__ = ["TrainLoopDriver"]
+__all__ = ["BRIDGED_EVENTS", "TrainLoopDriver"]
+
+# Where each TrainerCallback event fires (a contract test checks that none is missing).
+BRIDGED_EVENTS: dict[str, str] = {
+    "on_init_end": "Trainer.__init__",
+    "on_train_begin": "HFModule.on_train_start -> TrainLoopDriver.on_train_begin",
+    "on_epoch_begin": "HFModule.on_train_epoch_start -> TrainLoopDriver.on_epoch_begin",
+    "on_step_begin": "HFModule.training_step, first micro-batch of the window",
+    "on_substep_end": "HFModule.training_step, after each micro-batch but the last",
+    "on_pre_optimizer_step": "HFModule.on_before_optimizer_step, after clipping",
+    "on_optimizer_step": "HFModule.training_step, after optimizer.step()",
+    "on_step_end": "HFModule.training_step, after the scheduler step",
+    "on_log": "Trainer.log",
+    "on_evaluate": "Trainer.evaluate",
+    "on_prediction_step": "Trainer.evaluation_loop, after each batch",
+    "on_predict": "Trainer.predict",
+    "on_save": "Trainer._maybe_log_save_evaluate, after a checkpoint",
+    "on_epoch_end": "HFModule.on_train_epoch_end -> TrainLoopDriver.on_epoch_end",
+    "on_train_end": "Trainer._finalize_training, after the final metrics",
+    "on_push_begin": "not fired: pushing to the Hub is not supported yet (push_to_hub raises)",
+}
 
 
 class TrainLoopDriver:
@@ -78,10 +98,16 @@ class TrainLoopDriver:
 
     def on_epoch_begin(self) -> None:
         self.step = -1
+        skipping = self._first_epoch_skip > 0
         if self._first_epoch_skip:
             self.step = self._first_epoch_skip - 1
             self._first_epoch_skip = 0
         self._event("on_epoch_begin")
+        self.trainer._on_resume_point("epoch", skipping=skipping)  # RNG restore (trainer_checkpoint)
+        # Lightning counts the epochs of this fit only; a resumed run's data order needs the run's epoch.
+        loader = getattr(self.module.trainer, "train_dataloader", None)
+        if callable(getattr(loader, "set_epoch", None)):
+            loader.set_epoch(self.epoch)
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
         t = self.trainer
@@ -89,6 +115,7 @@ class TrainLoopDriver:
         return t.training_step(model, inputs, num_items_in_batch)
 
     def on_step_begin(self) -> None:
+        self.trainer._on_resume_point("step")
         self._event("on_step_begin")
 
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:

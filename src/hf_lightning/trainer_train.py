@@ -71,6 +71,7 @@ class TrainerTrainMixin:
         if resume_from_checkpoint is not None:
             self._load_optimizer_and_scheduler(resume_from_checkpoint)
         self._activate_neftune()
+        self._apply_runtime_options()
         self._log_run_header(num_examples, num_train_epochs, num_update_steps_per_epoch,
                              total_train_batch_size, max_steps)
         self._initial_num_input_tokens_seen = self.state.num_input_tokens_seen
@@ -231,6 +232,26 @@ class TrainerTrainMixin:
     def _get_output_dir(self, trial: Any) -> str:
         run_name = getattr(self, "_trial_run_name", None)
         return os.path.join(self.args.output_dir, run_name) if trial is not None and run_name else self.args.output_dir
+
+    def _apply_runtime_options(self) -> None:
+        """``activation_checkpointing`` on the model and ``tf32`` on CUDA matmuls, as transformers."""
+        args = self.args
+        if args.activation_checkpointing:
+            kwargs = dict(args.activation_checkpointing_kwargs or {})
+            every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
+            enable = getattr(self.model, "activation_checkpointing_enable", None)
+            if callable(enable):
+                enable(activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers,
+                       offload=offload)
+            elif callable(getattr(self.model, "gradient_checkpointing_enable", None)):
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+            else:
+                raise ValueError(
+                    "`TrainingArguments(activation_checkpointing=True)` needs a model with "
+                    f"`activation_checkpointing_enable()` (a PreTrainedModel); {type(self.model).__name__} has none")
+        if args.tf32 is not None and torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
+            torch.backends.cudnn.allow_tf32 = bool(args.tf32)
 
     # --- NEFTune ---------------------------------------------------------------------------
     def _activate_neftune(self) -> None:
