@@ -7,13 +7,17 @@ run's length; this module turns the arguments into a ``lightning.Trainer`` throu
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
+
 from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.adapters.plan import to_lightning
@@ -37,6 +41,26 @@ class FitRequest:
     skip_windows: int = 0
 
 
+@contextlib.contextmanager
+def _quiet_lightning(level: int) -> Iterator[None]:
+    """Lightning's banner lines (devices, tips, "fit stopped") below ``args.log_level``; HF logs speak instead."""
+    import lightning_utilities.core.rank_zero as rank_zero
+
+    names = ("lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero")
+    loggers = [logging.getLogger(name) for name in names] + [rank_zero.log]
+    previous = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(level, logging.WARNING))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            yield
+    finally:
+        for lg, lvl in zip(loggers, previous):
+            lg.setLevel(lvl)
+
+
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
     facade, args = request.trainer, request.trainer.args
@@ -54,16 +78,28 @@ def run_fit(request: FitRequest) -> HFModule:
                       shift_labels=getattr(facade, "loss_shifts_labels", None),
                       compute_loss_func=facade.compute_loss_func)
     loggers = list(plan.loggers)
-    if loggers:
-        facade.callback_handler.add_callback(LightningLoggersCallback(loggers))
+    loggers_callback = LightningLoggersCallback(loggers) if loggers else None
+    if loggers_callback is not None:
+        facade.callback_handler.add_callback(loggers_callback)
     facade.accelerator.bind(module)
     windows = AccumulationWindows(request.dataloader, args.gradient_accumulation_steps,
                                   skip_windows=request.skip_windows)
-    engine = L.Trainer(**kwargs)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*train_dataloader.*num_workers.*")
-        engine.fit(module, train_dataloaders=windows)
+    if args.enable_jit_checkpoint:  # owns SIGTERM while fitting (adapters/callbacks/jit_checkpoint.py)
+        from hf_lightning.adapters.callbacks.jit_checkpoint import jit_checkpoint_for
+
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), jit_checkpoint_for(facade, request.driver.trial)]
+    world_size = os.environ.get("WORLD_SIZE")
+    try:
+        with _quiet_lightning(args.get_process_log_level()):
+            engine = L.Trainer(**kwargs)
+            engine.fit(module, train_dataloaders=windows)
+    finally:
+        if loggers_callback is not None:
+            facade.callback_handler.remove_callback(loggers_callback)
+        # Lightning's LightningEnvironment.teardown deletes WORLD_SIZE; the next train() in this
+        # process (and to_lightning) must still see the launcher's world.
+        if world_size is not None:
+            os.environ["WORLD_SIZE"] = world_size
     for logger in loggers:
         logger.finalize("success")
     return module
