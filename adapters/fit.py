@@ -18,6 +18,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from hf_lightning.adapters.allocator import retain_freed_memory
 from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.adapters.plan import to_lightning
@@ -88,6 +89,7 @@ def run_fit(request: FitRequest) -> HFModule:
         from hf_lightning.adapters.callbacks.jit_checkpoint import jit_checkpoint_for
 
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), jit_checkpoint_for(facade, request.driver.trial)]
+    retain_freed_memory()
     world_size = os.environ.get("WORLD_SIZE")
     try:
         with _quiet_lightning(args.get_process_log_level()):
