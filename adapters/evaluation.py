@@ -1,0 +1,228 @@
+"""The engine side of ``Trainer.evaluate`` / ``predict``: where the model runs and how ranks share results.
+
+The HF evaluation loop (``hf_lightning.trainer_eval``) asks this module three things:
+
+- **where to run**: during ``train()`` the model already sits on the Lightning device, inside the
+  running ``lightning.Trainer`` (its precision plugin's autocast applies); standalone, the model is
+  moved to ``args.device`` (cast to bfloat16 / float16 with ``bf16_full_eval`` / ``fp16_full_eval``)
+  and runs under a Lightning ``MixedPrecision`` plugin when ``bf16`` / ``fp16`` is set;
+- **which batches this rank evaluates**: with several data-parallel processes, `EvalShardSampler`
+  deals whole batches round-robin (batch ``i`` to rank ``i % world_size``), padding the last round
+  with samples from the start so that every rank runs the same number of full batches;
+- **how to gather**: `EvalCollective` pads each rank's tensors to a common sequence length, gathers
+  them in rank order — which, with that sampler, is dataset order — and drops the padding samples.
+
+A standalone evaluation launched with ``WORLD_SIZE > 1`` (torchrun) initialises the default process
+group if nobody did (backend ``ddp_backend``, else nccl on CUDA and gloo on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import BatchSampler
+
+from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
+
+__all__ = ["EvalCollective", "EvalEngine", "EvalShardSampler", "ensure_process_group"]
+
+
+class EvalShardSampler(BatchSampler):
+    """The evaluation batches of one data-parallel rank: batch ``i`` of the dataset goes to rank ``i % W``.
+
+    Every rank yields ``ceil(batches / W)`` batches of exactly ``batch_size`` samples; the missing
+    samples of the last round repeat the dataset from its start (the gatherer drops them again).
+    With ``drop_last`` only complete rounds of full batches are kept and nothing is repeated.
+    """
+
+    def __init__(
+        self, num_samples: int, batch_size: int, num_replicas: int, rank: int, drop_last: bool = False
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"`EvalShardSampler(batch_size={batch_size})` must be at least 1")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"`EvalShardSampler(rank={rank})` must be in [0, {num_replicas})")
+        self.num_samples, self.batch_size = num_samples, batch_size
+        self.num_replicas, self.rank, self.drop_last = num_replicas, rank, drop_last
+        round_size = batch_size * num_replicas
+        rounds = num_samples // round_size if drop_last else math.ceil(num_samples / round_size)
+        self.rounds = rounds
+
+    def __iter__(self) -> Iterator[list[int]]:
+        size = max(self.num_samples, 1)
+        for step in range(self.rounds):
+            start = (step * self.num_replicas + self.rank) * self.batch_size
+            yield [index % size for index in range(start, start + self.batch_size)]
+
+    def __len__(self) -> int:
+        return self.rounds
+
+    def real_rows(self, step: int) -> int:
+        """How many rows of the gathered batch of round ``step`` are real samples (not repeats)."""
+        round_size = self.batch_size * self.num_replicas
+        return max(0, min(round_size, self.num_samples - step * round_size))
+
+
+def ensure_process_group(
+    backend: str | None = None, timeout_s: int | None = None, device_type: str = "cpu"
+) -> bool:
+    """Whether a default process group with several ranks exists, initialising it from the launcher's
+    environment (``WORLD_SIZE`` > 1, ``MASTER_ADDR``, ...) when nobody has (nccl for CUDA devices,
+    gloo otherwise, unless ``backend`` says)."""
+    if not dist.is_available():
+        return False
+    if dist.is_initialized():
+        return dist.get_world_size() > 1
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    backend = backend or ("nccl" if device_type == "cuda" else "gloo")
+    kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+    dist.init_process_group(backend=backend, **kwargs)
+    return dist.get_world_size() > 1
+
+
+class EvalCollective:
+    """Pads, gathers and truncates one rank's evaluation outputs so every rank sees all of them in order.
+
+    ``sampler`` is the loader's `EvalShardSampler` (None when the loader was not sharded: then every
+    rank keeps its own outputs). ``use_gather_object`` gathers pickled objects instead of tensors
+    (``eval_use_gather_object``); non-tensor outputs are always gathered that way.
+    """
+
+    def __init__(
+        self, world_size: int, sampler: EvalShardSampler | None, use_gather_object: bool = False
+    ) -> None:
+        self.world_size = world_size if sampler is not None else 1
+        self.sampler = sampler
+        self.use_gather_object = use_gather_object
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def pad_across_processes(self, data: Any, pad_index: int = IGNORE_INDEX, dim: int = 1) -> Any:
+        """Every tensor in ``data`` padded along ``dim`` to the longest length over all ranks."""
+        if not self.active:
+            return data
+        if isinstance(data, (list, tuple)):
+            return type(data)(self.pad_across_processes(t, pad_index, dim) for t in data)
+        if isinstance(data, Mapping):
+            return type(data)({k: self.pad_across_processes(t, pad_index, dim) for k, t in data.items()})
+        if not isinstance(data, torch.Tensor) or data.ndim <= dim:
+            return data
+        size = torch.tensor([data.shape[dim]], device=data.device)
+        dist.all_reduce(size, op=dist.ReduceOp.MAX)
+        return pad_to_length(data, int(size.item()), pad_index, dim=dim)
+
+    def gather(self, data: Any, step: int) -> Any:
+        """``data`` of all ranks, concatenated in rank order, without the repeated samples of round ``step``."""
+        if not self.active:
+            return data
+        keep = self.sampler.real_rows(step)
+        if self.use_gather_object or not _all_tensors(data):
+            return self._gather_objects(data)[:keep]  # one flat list, an entry per sample
+        return nested_truncate(self._gather_tensors(data), keep)
+
+    def _gather_tensors(self, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            return type(data)(self._gather_tensors(t) for t in data)
+        if isinstance(data, Mapping):
+            return type(data)({k: self._gather_tensors(t) for k, t in data.items()})
+        tensor = data.reshape(1) if data.ndim == 0 else data.contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+
+    def _gather_objects(self, data: Any) -> list[Any]:
+        parts: list[Any] = [None] * self.world_size
+        dist.all_gather_object(parts, data)
+        return [item for part in parts for item in part]
+
+
+def _all_tensors(data: Any) -> bool:
+    if isinstance(data, (list, tuple)):
+        return all(_all_tensors(t) for t in data)
+    if isinstance(data, Mapping):
+        return all(_all_tensors(t) for t in data.values())
+    return isinstance(data, torch.Tensor)
+
+
+class _DeviceTarget:
+    """What ``Trainer.accelerator`` is bound to during a standalone evaluation: a device, no Lightning trainer."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+
+class EvalEngine:
+    """Where one evaluation runs: inside the running ``lightning.Trainer``, or standalone on ``args.device``.
+
+    ``accelerator`` is the facade's ``LightningAccelerator``; ``args`` its ``TrainingArguments``.
+    """
+
+    def __init__(self, accelerator: Any, args: Any) -> None:
+        self.accelerator = accelerator
+        self.args = args
+        self.lightning_trainer = getattr(accelerator.module, "_trainer", None) if accelerator.module else None
+
+    @property
+    def in_lightning(self) -> bool:
+        """Whether a ``lightning.Trainer`` is running (an evaluation during ``train()``)."""
+        return self.lightning_trainer is not None
+
+    def world(self) -> tuple[int, int]:
+        """``(world_size, rank)`` of the data-parallel group the evaluation is sharded over."""
+        if self.in_lightning:
+            return self.lightning_trainer.world_size, self.lightning_trainer.global_rank
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (dist.is_available() and dist.is_initialized()):
+            device_type = torch.device(self.args.device).type
+            if ensure_process_group(self.args.ddp_backend, self.args.ddp_timeout, device_type):
+                return dist.get_world_size(), dist.get_rank()
+        return 1, 0
+
+    def prepare_model(self, model: torch.nn.Module, in_train: bool) -> tuple[torch.nn.Module, float]:
+        """Put ``model`` where a standalone evaluation runs it (cast for full fp16/bf16 evaluation);
+        return it and the seconds that took. During training the model stays as it is."""
+        start = time.time()
+        if self.in_lightning:
+            return model, 0.0
+        dtype = None  # full fp16/bf16 evaluation casts a model evaluated outside training, as transformers
+        if not in_train and self.args.fp16_full_eval:
+            dtype = torch.float16
+        elif not in_train and self.args.bf16_full_eval:
+            dtype = torch.bfloat16
+        model = model.to(device=self.args.device, dtype=dtype) if dtype else model.to(self.args.device)
+        return model, round(time.time() - start, 4)
+
+    @contextlib.contextmanager
+    def session(self, model: torch.nn.Module) -> Iterator[None]:
+        """The context one evaluation loop runs in: the accelerator bound to the model's device and the
+        precision plugin's autocast."""
+        bound_here = self.accelerator.module is None
+        if bound_here:
+            device = next((p.device for p in model.parameters()), torch.device(self.args.device))
+            self.accelerator.bind(_DeviceTarget(device))
+        try:
+            with self._precision_context(), torch.no_grad():
+                yield
+        finally:
+            if bound_here:
+                self.accelerator.bind(None)
+
+    def _precision_context(self) -> contextlib.AbstractContextManager:
+        if self.in_lightning:
+            return self.lightning_trainer.precision_plugin.forward_context()
+        precision = "bf16-mixed" if self.args.bf16 else "16-mixed" if self.args.fp16 else None
+        if precision is None:
+            return contextlib.nullcontext()
+        from lightning.pytorch.plugins.precision import MixedPrecision
+
+        return MixedPrecision(precision, device=torch.device(self.args.device).type).forward_context()

@@ -1,0 +1,332 @@
+"""``evaluation_loop`` and ``prediction_step``: the loop shared by ``evaluate()`` and ``predict()``.
+
+One pass over the dataloader, as transformers runs it::
+
+    for each batch:
+        loss, logits, labels = prediction_step(model, batch)      # overridable
+        losses: the batch loss repeated once per sample            # so eval_loss is a per-sample mean
+        pad logits / labels / inputs to the longest sequence over the ranks
+        logits = preprocess_logits_for_metrics(logits, labels)     # per batch, before accumulation
+        gather across ranks (dataset order, padding samples dropped)
+        accumulate (not with batch_eval_metrics, except for predict)
+        on_prediction_step
+        batch_eval_metrics: compute_metrics(batch, compute_result=is_last_batch)
+        else every eval_accumulation_steps batches: move what was accumulated to CPU / NumPy
+    compute_metrics(EvalPrediction(all predictions, all labels[, inputs][, losses]))
+    eval_loss = mean of the per-sample losses; every key prefixed with metric_key_prefix
+
+Where the model runs and how ranks gather is ``hf_lightning.adapters.evaluation``'s job.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning.eval_utils import (
+    EvalAccumulator,
+    find_batch_size,
+    lookahead,
+    make_eval_prediction,
+    mean_eval_loss,
+    nested_detach,
+    prefix_metric_keys,
+)
+from hf_lightning.loss import count_items_in_batch
+from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
+
+__all__ = ["TrainerEvalLoopMixin"]
+
+logger = logging.getLogger(__name__)
+
+
+class _EvalRun:
+    """One evaluation loop: its settings, its collective, and what it has accumulated so far."""
+
+    def __init__(
+        self,
+        do_concat: bool,
+        predictions_padding_index: int,
+        collective: Any,
+        description: str,
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None,
+    ) -> None:
+        self.collective, self.description = collective, description
+        self.prediction_loss_only, self.ignore_keys = prediction_loss_only, ignore_keys
+        self.losses = EvalAccumulator(do_concat)
+        self.preds = EvalAccumulator(do_concat, predictions_padding_index)
+        self.labels = EvalAccumulator(do_concat)
+        self.inputs = EvalAccumulator(do_concat)
+        self.metrics: dict[str, Any] | None = None
+        self.observed = 0
+
+    def offload(self) -> None:
+        for accumulator in (self.losses, self.preds, self.labels, self.inputs):
+            accumulator.to_cpu_and_numpy()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+class TrainerEvalLoopMixin:
+    """``evaluation_loop`` and ``prediction_step`` with transformers' signatures."""
+
+    def evaluation_loop(
+        self,
+        dataloader: Any,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> EvalLoopOutput:
+        """Run ``prediction_step`` over ``dataloader`` and compute the metrics (with or without labels)."""
+        from hf_lightning.adapters.evaluation import EvalEngine
+
+        if prediction_loss_only is None:
+            prediction_loss_only = self.args.prediction_loss_only
+        engine = EvalEngine(self.accelerator, self.args)
+        model = self._prepare_model_for_eval(engine)
+        self._log_eval_header(dataloader, description)
+        model.eval()
+        self._set_optimizer_mode("eval")
+        self.callback_handler.eval_dataloader = dataloader
+        run = _EvalRun(
+            self.args.eval_do_concat_batches,
+            self._predictions_padding_index(),
+            self._eval_collective(engine, dataloader),
+            description,
+            prediction_loss_only,
+            ignore_keys,
+        )
+        try:
+            with engine.session(model):
+                for step, (is_last, inputs) in enumerate(lookahead(dataloader)):
+                    self._eval_step(run, model, inputs, step, is_last)
+        finally:
+            if self.is_in_train:
+                self._set_optimizer_mode("train")
+        return self._eval_output(run, dataloader, metric_key_prefix)
+
+    def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:
+        args = self.args
+        batch_size = find_batch_size(inputs)
+        run.observed += batch_size or 0
+        outputs = self.prediction_step(model, inputs, run.prediction_loss_only, ignore_keys=run.ignore_keys)
+        keep = run.description == "Prediction" or not args.batch_eval_metrics
+        losses, logits, labels = self._gather_step(
+            run, step, keep, inputs, outputs, batch_size or args.eval_batch_size
+        )
+        self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
+        if args.batch_eval_metrics:
+            if self.compute_metrics is not None and logits is not None and labels is not None:
+                prediction = make_eval_prediction(
+                    logits, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
+                )
+                run.metrics = self.compute_metrics(prediction, compute_result=is_last)
+        elif args.eval_accumulation_steps is not None and (step + 1) % args.eval_accumulation_steps == 0:
+            run.offload()
+
+    def _gather_step(
+        self,
+        run: _EvalRun,
+        step: int,
+        keep: bool,
+        inputs: Any,
+        outputs: tuple[Any, Any, Any],
+        batch_size: int,
+    ) -> tuple[Any, Any, Any]:
+        """Pad, preprocess, gather and (when ``keep``) accumulate one batch's outputs."""
+        collective, (losses, logits, labels) = run.collective, outputs
+        if losses is not None:
+            losses = collective.gather(losses.repeat(batch_size), step)  # one loss per sample
+            run.losses.add(losses)
+        if "inputs" in (self.args.include_for_metrics or ()):
+            decoded = collective.gather(collective.pad_across_processes(self._eval_main_input(inputs)), step)
+            if keep:
+                run.inputs.add(decoded)
+        if labels is not None:
+            labels = collective.pad_across_processes(labels)
+        if logits is not None:
+            logits = collective.pad_across_processes(logits, pad_index=run.preds.padding_index)
+            if self.preprocess_logits_for_metrics is not None:
+                logits = self.preprocess_logits_for_metrics(logits, labels)
+            logits = collective.gather(logits, step)
+            if keep:
+                run.preds.add(logits)
+        if labels is not None:
+            labels = collective.gather(labels, step)
+            if keep:
+                run.labels.add(labels)
+        return losses, logits, labels
+
+    def _eval_output(self, run: _EvalRun, dataloader: Any, prefix: str) -> EvalLoopOutput:
+        args = self.args
+        losses, preds = run.losses.get_arrays(), run.preds.get_arrays()
+        labels, inputs = run.labels.get_arrays(), run.inputs.get_arrays()
+        metrics = run.metrics
+        if (
+            self.compute_metrics is not None
+            and preds is not None
+            and labels is not None
+            and not args.batch_eval_metrics
+        ):
+            metrics = self.compute_metrics(
+                make_eval_prediction(
+                    preds, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
+                )
+            )
+        metrics = dict(denumpify_detensorize(metrics)) if metrics is not None else {}
+        loss = mean_eval_loss(losses, args.logging_nan_inf_filter)
+        if loss is not None:
+            metrics[f"{prefix}_loss"] = loss
+        if hasattr(self, "model_preparation_time"):
+            metrics[f"{prefix}_model_preparation_time"] = self.model_preparation_time
+        prefix_metric_keys(metrics, prefix)
+        return EvalLoopOutput(
+            predictions=preds,
+            label_ids=labels,
+            metrics=metrics,
+            num_samples=self._eval_num_samples(dataloader, run.observed),
+        )
+
+    def prediction_step(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+    ) -> tuple[Any, Any, Any]:
+        """``(loss, logits, labels)`` of one batch, each None when absent (only the loss with
+        ``prediction_loss_only``). Output keys in ``ignore_keys`` are left out of the logits."""
+        has_labels = bool(self.label_names) and all(inputs.get(k) is not None for k in self.label_names)
+        return_loss = inputs.get("return_loss")
+        if return_loss is None:
+            return_loss = self._can_return_loss()
+        with_loss = has_labels or (not self.label_names and bool(return_loss))
+        inputs = self._prepare_inputs(inputs)
+        if ignore_keys is None:
+            ignore_keys = self._default_ignore_keys()
+        labels = None
+        if with_loss:
+            labels = nested_detach(tuple(inputs.get(name) for name in self.label_names))
+            labels = labels[0] if len(labels) == 1 else labels
+        loss, outputs = self._eval_forward(model, inputs, with_loss)
+        if prediction_loss_only:
+            return loss, None, None
+        logits = _logits_of(outputs, list(ignore_keys), with_loss)
+        if logits is None:
+            return loss, None, labels
+        logits = nested_detach(logits)
+        if isinstance(logits, (tuple, list)) and len(logits) == 1:
+            logits = logits[0]
+        return loss, logits, labels
+
+    def _eval_forward(self, model: nn.Module, inputs: dict[str, Any], with_loss: bool) -> tuple[Any, Any]:
+        """``(loss or None, outputs)`` of the model on one batch, without gradients."""
+        with torch.no_grad(), self.compute_loss_context_manager():
+            if not with_loss:
+                return None, model(**inputs)
+            num_items = self._eval_num_items(inputs)
+            loss, outputs = self.compute_loss(
+                model, inputs, return_outputs=True, num_items_in_batch=num_items
+            )
+        return loss.detach().mean(), outputs
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _predictions_padding_index(self) -> int:
+        """The value that pads predictions of different lengths (-100; Seq2SeqTrainer: the pad token)."""
+        return -100
+
+    def _prepare_model_for_eval(self, engine: Any) -> nn.Module:
+        prepared_before = getattr(self, "_train_start_time", None) is not None or getattr(
+            self, "_eval_model_prepared", False
+        )
+        model, seconds = engine.prepare_model(self.model, in_train=self.is_in_train)
+        if not engine.in_lightning and not prepared_before:
+            # transformers reports the time its accelerator took to prepare the model, once
+            self.model_preparation_time = seconds
+            self._eval_model_prepared = True
+        return model
+
+    def _eval_collective(self, engine: Any, dataloader: Any) -> Any:
+        from hf_lightning.adapters.evaluation import EvalCollective, EvalShardSampler
+
+        world_size, _ = engine.world()
+        sampler = getattr(dataloader, "batch_sampler", None)
+        sampler = sampler if isinstance(sampler, EvalShardSampler) else None
+        if world_size > 1 and sampler is None:
+            logger.warning(
+                "The evaluation dataloader is not sharded by hf_lightning (an IterableDataset or a "
+                "custom loader): each of the %d processes keeps the results of its own batches.",
+                world_size,
+            )
+        return EvalCollective(world_size, sampler, self.args.eval_use_gather_object)
+
+    def _set_optimizer_mode(self, mode: str) -> None:
+        """Schedule-free optimizers have ``train()`` / ``eval()``; switch them with the model."""
+        switch = getattr(self.optimizer, mode, None)
+        if callable(switch):
+            switch()
+
+    def _log_eval_header(self, dataloader: Any, description: str) -> None:
+        logger.info("***** Running %s *****", description)
+        if has_length(dataloader):
+            logger.info("  Num examples = %d", self.num_examples(dataloader))
+        else:
+            logger.info("  Num examples: Unknown")
+        logger.info("  Batch size = %d", self.args.eval_batch_size)
+
+    def _eval_num_samples(self, dataloader: Any, observed: int) -> int:
+        dataset = getattr(dataloader, "dataset", None)
+        if dataset is not None and has_length(dataset):
+            num_samples = len(dataset)
+        elif has_length(dataloader):
+            num_samples = self.num_examples(dataloader)
+        else:
+            num_samples = observed
+        return observed if num_samples == 0 and observed > 0 else num_samples
+
+    def _eval_main_input(self, inputs: dict[str, Any]) -> Any:
+        name = getattr(self.model, "main_input_name", "input_ids")
+        return self._prepare_inputs({name: inputs[name]})[name]
+
+    def _eval_num_items(self, inputs: dict[str, Any]) -> Any:
+        """``num_items_in_batch`` of one evaluation batch, as transformers counts it."""
+        if "labels" not in inputs or not (
+            self.model_accepts_loss_kwargs or self.compute_loss_func is not None
+        ):
+            return None
+        count = count_items_in_batch([inputs], shift_labels=self.loss_shifts_labels)
+        if count is None:
+            return None
+        count = count.to(self.accelerator.device)
+        if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
+            count = self.accelerator.reduce(count, "sum")
+        return count
+
+    def _can_return_loss(self) -> bool:
+        """Whether ``model.forward`` has a ``return_loss`` argument defaulting to True (CLIP-like models)."""
+        if not hasattr(self, "can_return_loss"):
+            params = inspect.signature(self.model.forward).parameters
+            self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
+        return self.can_return_loss
+
+    def _default_ignore_keys(self) -> list[str]:
+        config = getattr(self.model, "config", None)
+        if config is None:
+            return []
+        return list(getattr(config, "keys_to_ignore_at_inference", ["cache"]))
+
+
+def _logits_of(outputs: Any, ignore_keys: list[str], with_loss: bool) -> Any:
+    if isinstance(outputs, Mapping):
+        skip = ignore_keys + ["loss"] if with_loss else ignore_keys
+        return tuple(value for key, value in outputs.items() if key not in skip)
+    if isinstance(outputs, torch.Tensor):
+        return None if with_loss else outputs
+    return outputs[1:] if with_loss else outputs

@@ -1,0 +1,278 @@
+"""Parity of evaluate(), predict() and evaluation during training with transformers.Trainer 5.24.
+
+Both sides get the same tiny GPT-2 (built from a config, with ``loss_type="ForCausalLM"`` so that
+transformers counts the shifted labels as we do; DESIGN.md divergence 1), the same data — sequence
+lengths that differ between batches and a final partial batch — and the same arguments.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import hf_lightning
+
+LIBS = {"theirs": transformers, "ours": hf_lightning}
+
+
+def gpt2() -> GPT2LMHeadModel:
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=32))
+    model.loss_type = "ForCausalLM"
+    return model
+
+
+def make_data(size: int = 10, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Sample i has ``4 + i % 5`` tokens; a few label positions are -100."""
+    g = torch.Generator().manual_seed(seed)
+    data = []
+    for i in range(size):
+        ids = torch.randint(0, 256, (4 + i % 5,), generator=g)
+        labels = ids.clone()
+        labels[: i % 2] = -100
+        data.append({"input_ids": ids, "labels": labels})
+    return data
+
+
+def collate(batch):
+    length = max(len(item["input_ids"]) for item in batch)
+    ids = torch.zeros(len(batch), length, dtype=torch.long)
+    labels = torch.full((len(batch), length), -100)
+    for row, item in enumerate(batch):
+        ids[row, : len(item["input_ids"])] = item["input_ids"]
+        labels[row, : len(item["labels"])] = item["labels"]
+    return {"input_ids": ids, "labels": labels}
+
+
+def accuracy(eval_pred):
+    preds, labels = eval_pred.predictions, eval_pred.label_ids
+    preds = preds.argmax(-1) if preds.ndim == 3 else preds
+    mask = labels[:, 1:] != -100
+    return {"accuracy": float((preds[:, :-1][mask] == labels[:, 1:][mask]).mean())}
+
+
+def make_trainer(
+    lib_name,
+    tmp_path,
+    compute_metrics=accuracy,
+    callbacks=None,
+    train_data=None,
+    eval_data=None,
+    preprocess=None,
+    **kwargs,
+):
+    lib = LIBS[lib_name]
+    settings = {
+        "per_device_eval_batch_size": 4,
+        "use_cpu": True,
+        "report_to": "none",
+        "disable_tqdm": True,
+        "save_strategy": "no",
+        **kwargs,
+    }
+    args = lib.TrainingArguments(str(tmp_path / lib_name), **settings)
+    return lib.Trainer(
+        model=gpt2(),
+        args=args,
+        data_collator=collate,
+        compute_metrics=compute_metrics,
+        callbacks=callbacks,
+        train_dataset=train_data,
+        eval_dataset=eval_data,
+        preprocess_logits_for_metrics=preprocess,
+    )
+
+
+def both(tmp_path, run, **kwargs):
+    """``run(trainer)`` on transformers' Trainer and on ours."""
+    return {name: run(make_trainer(name, tmp_path, **kwargs)) for name in LIBS}
+
+
+def assert_same_arrays(theirs, ours, atol=1e-5):
+    """Equal structure and shapes; equal integers (the -100 padding included), floats within atol."""
+    if isinstance(theirs, (list, tuple)):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs)
+        for a, b in zip(theirs, ours):
+            assert_same_arrays(a, b, atol)
+        return
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(ours == -100, theirs == -100)
+    np.testing.assert_allclose(ours, theirs, atol=atol, rtol=0)
+
+
+def assert_same_metrics(theirs, ours):
+    assert set(ours) == set(theirs)
+    for key, value in theirs.items():
+        if "runtime" in key or "per_second" in key or "preparation_time" in key:
+            continue
+        assert ours[key] == pytest.approx(value, abs=1e-5), key
+
+
+def test_evaluate_metrics_match(tmp_path):
+    """evaluate() gives the same keys and values (loss within 1e-5)."""
+    results = both(tmp_path, lambda t: t.evaluate(make_data()))
+    assert_same_metrics(results["theirs"], results["ours"])
+
+
+def test_predict_matches(tmp_path):
+    """predict() gives equal predictions and labels, -100 padding identical, and the same metrics."""
+    results = both(tmp_path, lambda t: t.predict(make_data()))
+    theirs, ours = results["theirs"], results["ours"]
+    assert_same_arrays(theirs.predictions, ours.predictions)
+    assert_same_arrays(theirs.label_ids, ours.label_ids)
+    assert_same_metrics(theirs.metrics, ours.metrics)
+
+
+def test_evaluate_and_predict_agree(tmp_path):
+    """On the same model and data, evaluate() and predict() report the same loss and metrics."""
+    trainer = make_trainer("ours", tmp_path)
+    metrics, output = trainer.evaluate(make_data()), trainer.predict(make_data())
+    assert metrics["eval_loss"] == output.metrics["test_loss"]
+    assert metrics["eval_accuracy"] == output.metrics["test_accuracy"]
+
+
+@pytest.mark.parametrize("steps", [None, 1, 3])
+def test_eval_accumulation_steps_match(tmp_path, steps):
+    """eval_accumulation_steps None, 1 and 3 give transformers' predictions and metrics."""
+    results = both(tmp_path, lambda t: t.predict(make_data()), eval_accumulation_steps=steps)
+    assert_same_arrays(results["theirs"].predictions, results["ours"].predictions)
+    assert_same_metrics(results["theirs"].metrics, results["ours"].metrics)
+
+
+def test_preprocess_logits_for_metrics_matches(tmp_path):
+    """preprocess_logits_for_metrics (argmax) shrinks the predictions to transformers' shape and values."""
+    results = both(
+        tmp_path, lambda t: t.predict(make_data()), preprocess=lambda logits, labels: logits.argmax(-1)
+    )
+    assert results["ours"].predictions.shape == (10, 8)
+    assert_same_arrays(results["theirs"].predictions, results["ours"].predictions)
+    assert_same_metrics(results["theirs"].metrics, results["ours"].metrics)
+
+
+def test_include_for_metrics_matches(tmp_path):
+    """include_for_metrics=['inputs', 'loss'] delivers the same inputs and per-sample losses."""
+    seen = {}
+
+    def metrics_for(name):
+        def compute(eval_pred):
+            seen[name] = (eval_pred.inputs, eval_pred.losses)
+            return {}
+
+        return compute
+
+    for name in LIBS:
+        trainer = make_trainer(
+            name, tmp_path, compute_metrics=metrics_for(name), include_for_metrics=["inputs", "loss"]
+        )
+        trainer.evaluate(make_data())
+    assert_same_arrays(seen["theirs"][0], seen["ours"][0])
+    assert_same_arrays(seen["theirs"][1], seen["ours"][1])
+
+
+def test_batch_eval_metrics_matches(tmp_path):
+    """batch_eval_metrics: the same calls (compute_result False...True) on batches of the same shapes."""
+    calls = {name: [] for name in LIBS}
+
+    def metrics_for(name):
+        def compute(eval_pred, compute_result):
+            calls[name].append(
+                (compute_result, tuple(eval_pred.predictions.shape), tuple(eval_pred.label_ids.shape))
+            )
+            return {"n": float(len(calls[name]))}
+
+        return compute
+
+    metrics = {
+        name: make_trainer(
+            name, tmp_path, compute_metrics=metrics_for(name), batch_eval_metrics=True
+        ).evaluate(make_data())
+        for name in LIBS
+    }
+    assert calls["ours"] == calls["theirs"] and calls["ours"][-1][0] is True
+    assert_same_metrics(metrics["theirs"], metrics["ours"])
+
+
+def test_eval_do_concat_batches_false_matches(tmp_path):
+    """eval_do_concat_batches=False: the same list of per-batch arrays."""
+    results = both(
+        tmp_path, lambda t: t.predict(make_data()), compute_metrics=None, eval_do_concat_batches=False
+    )
+    assert_same_arrays(results["theirs"].predictions, results["ours"].predictions)
+    assert_same_arrays(results["theirs"].label_ids, results["ours"].label_ids)
+
+
+def test_dict_of_eval_datasets_matches(tmp_path):
+    """A dict of eval datasets gives transformers' eval_{name}_ keys and values."""
+    datasets = {"short": make_data(5, seed=1), "long": make_data(9, seed=2)}
+    results = both(tmp_path, lambda t: t.evaluate(datasets))
+    assert_same_metrics(results["theirs"], results["ours"])
+
+
+def _eval_entries(trainer):
+    history = trainer.state.log_history
+    return [
+        (index, entry["step"], entry["epoch"], round(entry["eval_loss"], 5))
+        for index, entry in enumerate(history)
+        if "eval_loss" in entry
+    ]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"eval_strategy": "steps", "eval_steps": 2, "eval_delay": 3, "eval_on_start": True, "max_steps": 7},
+        {"eval_strategy": "epoch", "num_train_epochs": 3, "eval_on_start": True},
+        {"eval_strategy": "steps", "eval_steps": 0.25, "max_steps": 8},
+        {"eval_strategy": "epoch", "eval_delay": 2, "num_train_epochs": 3},
+    ],
+    ids=["steps-delay-start", "epoch-start", "ratio", "epoch-delay"],
+)
+def test_evaluations_during_training_match(tmp_path, settings):
+    """The evaluation entries of log_history sit at the same positions and steps, with the same losses."""
+
+    def run(trainer):
+        trainer.train()
+        return _eval_entries(trainer)
+
+    results = both(
+        tmp_path,
+        run,
+        train_data=make_data(12),
+        eval_data=make_data(6, seed=1),
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        logging_steps=1,
+        **settings,
+    )
+    assert results["ours"] == results["theirs"]
+
+
+def test_early_stopping_matches(tmp_path):
+    """EarlyStoppingCallback stops training at the same step as transformers'."""
+
+    def run(trainer):
+        trainer.train()
+        return trainer.state.global_step, _eval_entries(trainer)
+
+    results = {}
+    for name in LIBS:
+        callback = LIBS[name].EarlyStoppingCallback(early_stopping_patience=2, early_stopping_threshold=0.01)
+        trainer = make_trainer(
+            name,
+            tmp_path,
+            callbacks=[callback],
+            train_data=make_data(12),
+            eval_data=make_data(6, seed=1),
+            per_device_train_batch_size=4,
+            learning_rate=1e-3,
+            max_steps=30,
+            eval_strategy="steps",
+            eval_steps=1,
+            metric_for_best_model="loss",
+        )
+        results[name] = run(trainer)
+    assert results["ours"] == results["theirs"]
+    assert results["ours"][0] < 30
