@@ -145,8 +145,19 @@ def _make(folder, name, incomplete=False, is_dir=True):
         path.write_text("x")
         return
     path.mkdir()
+    (path / "model.safetensors").write_bytes(b"weights")  # what a complete checkpoint holds
+    (path / "trainer_state.json").write_text("{}")
     if incomplete:
         (path / INCOMPLETE_CHECKPOINT_MARKER).write_text("")
+
+
+def test_get_last_checkpoint_skips_folders_missing_files(tmp_path, caplog):
+    """A folder without weights or trainer_state.json is skipped too (a crash before the sentinel existed)."""
+    _make(tmp_path, "checkpoint-5")
+    (tmp_path / "checkpoint-10").mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert get_last_checkpoint(tmp_path) == os.path.join(tmp_path, "checkpoint-5")
+    assert "checkpoint-10" in caplog.text
 
 
 def test_get_last_checkpoint_takes_highest_number(tmp_path):
@@ -269,16 +280,16 @@ def _fails_above(limit, error_factory, tried):
         lambda: RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes"),
     ],
 )
-def test_find_executable_batch_size_halves_on_oom(error_factory, releases):
-    """Out-of-memory errors halve the batch size until the call succeeds; the size found is kept."""
+def test_find_executable_batch_size_shrinks_on_oom(error_factory, releases):
+    """Out-of-memory errors shrink the batch size by 0.9 (as accelerate) until the call succeeds; it is kept."""
     tried = []
     wrapped = find_executable_batch_size(
-        _fails_above(40, error_factory, tried), 128, auto_find_batch_size=True
+        _fails_above(100, error_factory, tried), 128, auto_find_batch_size=True
     )
-    assert wrapped(scale=2) == 64
-    assert tried == [128, 64, 32]
-    assert len(releases) == 1 + 2  # once before the first try, once after each failure
-    assert wrapped() == 32 and tried[-1] == 32
+    assert wrapped(scale=2) == 184
+    assert tried == [128, 115, 103, 92]
+    assert len(releases) == 1 + 3  # once before the first try, once after each failure
+    assert wrapped() == 92 and tried[-1] == 92
 
 
 def test_find_executable_batch_size_reraises_other_errors():

@@ -174,31 +174,15 @@ def _checkpoint_number(name: str) -> int | None:
 
 
 def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
-    """The ``checkpoint-N`` folder in ``folder`` with the highest N, or None if there is none.
+    """The newest complete ``checkpoint-N`` folder in ``folder``, or None if there is none.
 
-    Unlike transformers, folders that still hold ``checkpoint-is-incomplete.txt`` (an interrupted save)
-    are skipped, and a warning names them.
+    Unlike transformers (which takes the highest N regardless), folders that are incomplete — still
+    holding ``checkpoint-is-incomplete.txt`` from an interrupted save, or missing the weights or
+    ``trainer_state.json`` — are skipped, and a warning names each one and why.
     """
-    folder = os.fspath(folder)
-    complete: dict[int, str] = {}
-    skipped: list[str] = []
-    for name in os.listdir(folder):
-        number = _checkpoint_number(name)
-        path = os.path.join(folder, name)
-        if number is None or not os.path.isdir(path):
-            continue
-        if os.path.exists(os.path.join(path, INCOMPLETE_CHECKPOINT_MARKER)):
-            skipped.append(name)
-        else:
-            complete[number] = path
-    if skipped:
-        logger.warning(
-            "Skipping incomplete checkpoint(s) in %s (they still hold %s): %s",
-            folder,
-            INCOMPLETE_CHECKPOINT_MARKER,
-            ", ".join(sorted(skipped, key=_checkpoint_number)),
-        )
-    return complete[max(complete)] if complete else None
+    from hf_lightning.checkpoint import find_resumable_checkpoint
+
+    return find_resumable_checkpoint(folder, logger)
 
 
 # --- Metrics ---
