@@ -28,6 +28,7 @@ from hf_lightning.callbacks import (
     TrainerState,
 )
 from hf_lightning.data import DataCollatorWithPadding, default_data_collator
+from hf_lightning.hpsearch import TrainerHPSearchMixin
 from hf_lightning.loss import LossSettings, compute_model_loss, loss_shifts_labels, model_accepts_loss_kwargs
 from hf_lightning.trainer_checkpoint import TrainerCheckpointMixin
 from hf_lightning.trainer_data import TrainerDataMixin
@@ -43,7 +44,7 @@ __all__ = ["Trainer"]
 logger = logging.getLogger(__name__)
 
 
-class Trainer(TrainerTrainMixin, TrainerOptimMixin, TrainerDataMixin, TrainerLoggingMixin,
+class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, TrainerDataMixin, TrainerLoggingMixin,
               TrainerEvalMixin, TrainerCheckpointMixin):
     """Train, evaluate and predict with an HF-convention model, on Lightning.
 
