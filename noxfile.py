@@ -51,6 +51,8 @@ def bench(session: nox.Session) -> None:
     _install(session)
     session.run("python", "benchmarks/bench_step.py", *session.posargs)
     session.run("python", "benchmarks/bench_samplers.py")
+    session.run("python", "benchmarks/bench_eval_memory.py")
+    session.run("python", "benchmarks/bench_ddp_tokens.py")
 
 
 @nox.session(python=PYTHON)

@@ -29,7 +29,6 @@ NOT_YET_VALUES = {
     "optim_target_modules": ["attn"],
     "use_liger_kernel": True,
     "liger_kernel_config": {"rope": True},
-    "auto_find_batch_size": True,
     "trackio_space_id": "me/space",
     "trackio_bucket_id": "bucket",
     "trackio_static_space_id": "me/static",

@@ -192,7 +192,7 @@ def test_activation_checkpointing_trains_with_the_same_numbers(tmp_path):
                    max_steps=2, logging_steps=1)
     ckpt = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
                   max_steps=2, logging_steps=1, activation_checkpointing=True)
-    assert ckpt.model.is_gradient_checkpointing
+    assert ckpt.model.is_activation_checkpointing
     assert [h["loss"] for h in step_logs(ckpt)] == pytest.approx([h["loss"] for h in step_logs(plain)], rel=1e-5)
 
 

@@ -32,6 +32,16 @@ def _is_batch_sampler(sampler: Any) -> bool:
     return isinstance(sampler, (BatchRebalanceSampler, torch.utils.data.BatchSampler))
 
 
+def _tensor_parallel_size(model: Any, args: Any) -> int:
+    """The tensor-parallel degree, where transformers reads it: ``model._tp_size``, else ``parallelism_config``."""
+    size = getattr(model, "_tp_size", None)
+    if size is None:
+        size = getattr(args.parallelism_config, "tp_size", None)
+        if size is None and isinstance(args.parallelism_config, dict):
+            size = args.parallelism_config.get("tp_size")
+    return int(size or 1)
+
+
 class TrainerDataMixin:
     """``get_train_dataloader`` and the helpers that prepare a dataset for the model."""
 
@@ -82,9 +92,14 @@ class TrainerDataMixin:
             if is_training:
                 params["worker_init_fn"] = partial(seed_worker, num_workers=args.dataloader_num_workers,
                                                    rank=args.process_index)
-        elif is_training and args.max_steps <= 0:
-            raise ValueError("`TrainingArguments(max_steps=...)` must be a positive number of steps when "
-                             "train_dataset is an IterableDataset (it has no length to count epochs with)")
+        elif is_training:
+            if args.max_steps <= 0:
+                raise ValueError("`TrainingArguments(max_steps=...)` must be a positive number of steps when "
+                                 "train_dataset is an IterableDataset (it has no length to count epochs with)")
+            if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+                logger.warning("`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
+                               "is an IterableDataset, whose examples are read in the dataset's own order.",
+                               args.train_sampling_strategy)
         return DataLoader(dataset, **params)
 
     def _lengths(self, dataset: Any) -> list[int]:
@@ -102,6 +117,12 @@ class TrainerDataMixin:
         if dataset is None or not has_length(dataset):
             return None
         args = self.args
+        tp_size = _tensor_parallel_size(self.model, args)
+        if args.train_sampling_strategy == "batch_rebalance" and tp_size > 1:
+            raise ValueError(
+                "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
+                f"only, but the model is tensor-parallel (tp_size={tp_size}); "
+                "choose one of: 'random', 'sequential', 'group_by_length'")
         seed = args.data_seed if args.data_seed is not None else args.seed
         sampler, batch_sampler = build_train_sampler(
             args.train_sampling_strategy, lengths if lengths is not None else len(dataset),

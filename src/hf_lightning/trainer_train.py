@@ -17,6 +17,7 @@ import torch
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.trainer_loop import TrainLoopDriver
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
+from hf_lightning.trainer_utils_memory import find_executable_batch_size
 
 __all__ = ["TrainerTrainMixin"]
 
@@ -34,9 +35,9 @@ class TrainerTrainMixin:
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         self._memory_tracker.start()
-        args = self.args
         self.is_in_train = True
-        self._hp_search_setup(trial)
+        self._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
+        args = self.args
         if self.model_init is not None and (trial is not None or getattr(self, "_reinit_model", False)):
             set_seed(args.seed)
             self.model = self.model_wrapped = self.call_model_init(trial)
@@ -49,8 +50,27 @@ class TrainerTrainMixin:
         if resume_from_checkpoint is not None:
             self._load_from_checkpoint(resume_from_checkpoint)
         self._train_batch_size = args.train_batch_size
-        return self._inner_training_loop(args=args, resume_from_checkpoint=resume_from_checkpoint,
-                                         trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
+        run = dict(args=args, resume_from_checkpoint=resume_from_checkpoint, trial=trial,
+                   ignore_keys_for_eval=ignore_keys_for_eval)
+        if not args.auto_find_batch_size:
+            return self._inner_training_loop(**run)
+        if resume_from_checkpoint is not None:  # continue with the batch size the checkpointed run found
+            path = os.path.join(resume_from_checkpoint, "trainer_state.json")
+            found = TrainerState.load_from_json(path).train_batch_size if os.path.isfile(path) else None
+            self._train_batch_size = found or self._train_batch_size
+        return self._train_with_batch_size_search(run)
+
+    def _train_with_batch_size_search(self, run: dict[str, Any]) -> TrainOutput:
+        """``auto_find_batch_size``: after an out-of-memory error, retry with 90% of the batch size.
+
+        transformers retries through accelerate's ``find_executable_batch_size`` (``int(0.9 × size)``,
+        the "exponential decay" its documentation names); ours does the same and logs each retry.
+        """
+        def attempt(batch_size: int) -> TrainOutput:
+            self._train_batch_size = batch_size
+            return self._inner_training_loop(**run)
+
+        return find_executable_batch_size(attempt, self._train_batch_size, auto_find_batch_size=True)()
 
     def _hp_search_setup(self, trial: Any) -> None:
         """Apply a trial's hyperparameters (hyperparameter_search overrides this step)."""

@@ -202,8 +202,8 @@ def find_executable_batch_size(
 ):
     """Wrap ``function`` (whose first parameter is ``batch_size``) to run with ``starting_batch_size``.
 
-    With ``auto_find_batch_size`` the batch size is passed positionally and halved after every
-    out-of-memory error until the call succeeds (the batch size found is kept for later calls); a
+    With ``auto_find_batch_size`` the batch size is passed positionally and multiplied by 0.9 (as
+    accelerate does for transformers) after every out-of-memory error until the call succeeds (the batch size found is kept for later calls); a
     RuntimeError is raised once it would reach 0. Without it, ``function`` is simply bound to
     ``batch_size=starting_batch_size``. Used as ``@find_executable_batch_size(starting_batch_size=...)``
     when ``function`` is omitted.
@@ -225,7 +225,7 @@ def find_executable_batch_size(
         while True:
             if batch_size == 0:
                 raise RuntimeError(
-                    f"`find_executable_batch_size(starting_batch_size={starting_batch_size})`: every batch "
+                    f"`auto_find_batch_size` (starting_batch_size={starting_batch_size}): every batch "
                     "size down to 1 ran out of memory."
                 )
             try:
@@ -234,8 +234,10 @@ def find_executable_batch_size(
                 if not is_out_of_memory_error(error):
                     raise
             # Outside the except block the failed call's frames (and their tensors) are already released.
-            logger.warning("Out of memory with batch_size=%d; retrying with %d.", batch_size, batch_size // 2)
-            batch_size //= 2
+            smaller = int(batch_size * 0.9)
+            logger.warning("auto_find_batch_size: out of memory with batch_size=%d; retrying with %d.",
+                           batch_size, smaller)
+            batch_size = smaller
             _release_memory()
 
     return run_with_largest_batch_size
