@@ -164,7 +164,6 @@ class HFModule(L.LightningModule):
         optimizer = self.optimizers()
         num_items = self.count_items(window)
         self.window_size = len(window)
-        self.model.train()
         for index, inputs in enumerate(window):
             if index == 0:
                 self.driver.on_step_begin()

@@ -4,9 +4,10 @@ Workloads (one thread, progress bars and saving off):
   W1  tiny GPT-2: 2 layers, n_embd 64, seq 32, batch 8 (GA 1 and GA 4)
   W2  GPT-2: 4 layers, n_embd 256, seq 128, batch 8
 
-Runs are interleaved over several rounds (the machine is noisy); each figure is the median of the
-per-round step times, reported as a ratio to the raw loop measured in the same rounds. Start-up is
-the time from the `train()` call to the end of the first optimizer step.
+Every run is a fresh process (so one framework's process-wide settings, such as hf_lightning's
+allocator tuning, never help another's), interleaved over several rounds (the machine is noisy);
+each figure is the median over rounds of the per-run step time as a ratio to the raw loop of the
+same round. Start-up is process start to the end of the first optimizer step.
 
     python benchmarks/bench_step.py [--rounds 5] [--steps 40]
 """
@@ -14,7 +15,11 @@ the time from the `train()` call to the end of the first optimizer step.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -45,7 +50,8 @@ def make_data(w, n_steps):
 
 
 def per_step(times):
-    return (times[-1] - times[1]) / (len(times) - 2)
+    """Seconds per step after the first two (warm-up), and the absolute end time of the first step."""
+    return (times[-1] - times[1]) / (len(times) - 2), times[0]
 
 
 def run_raw(w, steps):
@@ -53,7 +59,7 @@ def run_raw(w, steps):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = make_data(w, steps)
     loader = torch.utils.data.DataLoader(data, batch_size=w["batch"], shuffle=True)
-    times, start = [], time.perf_counter()
+    times = []
     it = iter(loader)
     for _ in range(steps):
         batches = [next(it) for _ in range(w["ga"])]
@@ -64,8 +70,8 @@ def run_raw(w, steps):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
-        times.append(time.perf_counter())
-    return per_step(times), times[0] - start
+        times.append(time.time())
+    return per_step(times)
 
 
 def _hf_style(lib, w, steps):
@@ -73,16 +79,15 @@ def _hf_style(lib, w, steps):
 
     class Clock(lib.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            times.append(time.perf_counter())
+            times.append(time.time())
 
     args = lib.TrainingArguments(output_dir="/tmp/bench_step", per_device_train_batch_size=w["batch"],
                                  gradient_accumulation_steps=w["ga"], max_steps=steps, learning_rate=1e-3,
                                  logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True,
                                  use_cpu=True, lr_scheduler_type="constant")
     trainer = lib.Trainer(model=make_model(w), args=args, train_dataset=make_data(w, steps), callbacks=[Clock()])
-    start = time.perf_counter()
     trainer.train()
-    return per_step(times), times[0] - start
+    return per_step(times)
 
 
 def run_transformers(w, steps):
@@ -112,7 +117,7 @@ def run_lightning(w, steps):
 
         def on_train_batch_end(self, *a):
             if self.trainer.fit_loop._should_accumulate() is False:
-                times.append(time.perf_counter())
+                times.append(time.time())
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
@@ -121,13 +126,31 @@ def run_lightning(w, steps):
     trainer = L.Trainer(max_steps=steps, accumulate_grad_batches=w["ga"], gradient_clip_val=1.0, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu")
-    start = time.perf_counter()
     trainer.fit(Plain(), loader)
-    return per_step(times), times[0] - start
+    return per_step(times)
 
 
 RUNNERS = {"raw torch": run_raw, "plain Lightning": run_lightning, "transformers.Trainer": run_transformers,
            "hf_lightning.Trainer": run_ours}
+
+
+def run_one(framework: str, workload: str, steps: int) -> None:
+    """Child process: one run, printed as JSON."""
+    import logging
+    import warnings
+
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    step, first_step_end = RUNNERS[framework](WORKLOADS[workload], steps)
+    print(json.dumps({"step": step, "first_step_end": first_step_end}))
+
+
+def spawn(framework: str, workload: str, steps: int) -> tuple[float, float]:
+    started = time.time()
+    out = subprocess.run([sys.executable, __file__, "--one", framework, workload, str(steps)],
+                         capture_output=True, text=True, check=True, env={**os.environ, "TQDM_DISABLE": "1"})
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["step"], result["first_step_end"] - started
 
 
 def main() -> None:
@@ -135,27 +158,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "WORKLOAD", "STEPS"), help=argparse.SUPPRESS)
     cli = parser.parse_args()
-    import logging
-    import warnings
-
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore")
-    print("| workload | framework | s/step (median) | ratio to raw | start-up s |")
+    if cli.one:
+        run_one(cli.one[0], cli.one[1], int(cli.one[2]))
+        return
+    print("| workload | framework | s/step (median) | ratio to raw (median of rounds) | start-up s |")
     print("|---|---|---:|---:|---:|")
     for name in cli.workloads:
-        w = WORKLOADS[name]
         steps = cli.steps if name.startswith("W1") else max(cli.steps // 4, 8)
         results = {k: [] for k in RUNNERS}
         for _ in range(cli.rounds):
-            for fw, fn in RUNNERS.items():
-                results[fw].append(fn(w, steps))
+            for fw in RUNNERS:
+                results[fw].append(spawn(fw, name, steps))
         raw = [s for s, _ in results["raw torch"]]
         for fw, values in results.items():
-            ratios = [s / r for (s, _), r in zip(values, raw)]
+            ratio = statistics.median(s / r for (s, _), r in zip(values, raw))
             med = statistics.median(s for s, _ in values)
             startup = statistics.median(t for _, t in values)
-            print(f"| {name} | {fw} | {med:.4f} | {statistics.median(ratios):.3f} | {startup:.2f} |", flush=True)
+            print(f"| {name} | {fw} | {med:.4f} | {ratio:.3f} | {startup:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

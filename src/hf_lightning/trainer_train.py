@@ -192,7 +192,10 @@ class TrainerTrainMixin:
             return own(inputs)
         main_input = getattr(self.model, "main_input_name", "input_ids")
         if main_input in inputs and hasattr(self.model, "num_parameters"):
-            return 6 * inputs[main_input].numel() * self.model.num_parameters(exclude_embeddings=True)
+            cached = getattr(self, "_non_embedding_params", None)
+            if cached is None or cached[0] is not self.model:  # counted once per model, not per micro-batch
+                cached = self._non_embedding_params = (self.model, self.model.num_parameters(exclude_embeddings=True))
+            return 6 * inputs[main_input].numel() * cached[1]
         return 0
 
     def store_flos(self) -> None:
