@@ -1,0 +1,76 @@
+"""HFModule in a plain lightning.Trainer: the path of an existing Lightning user."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from hf_lightning import TrainingArguments, default_data_collator
+from hf_lightning.adapters import AccumulationWindows, HFModule
+from tests.tiny import RegressionModel, causal_lm_data, regression_data, tiny_gpt2
+
+
+def _trainer(**kwargs) -> L.Trainer:
+    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
+                     enable_progress_bar=False, **kwargs)
+
+
+def _mean_loss(model, data) -> float:
+    model.eval()
+    with torch.no_grad():
+        batch = default_data_collator(data)
+        return float(model(**batch).loss)
+
+
+def test_plain_lightning_trainer_fits_tiny_gpt2_and_loss_falls():
+    """L.Trainer().fit(HFModule(model, args), windows) trains: the loss on the training data falls."""
+    text = torch.tensor(list(("abcabcabd " * 64).encode()))
+    rows = text[: (len(text) // 16) * 16].view(-1, 16)
+    data = [{"input_ids": r, "labels": r.clone()} for r in rows]
+    model = tiny_gpt2(dropout=0.0)
+    before = _mean_loss(model, data)
+    args = TrainingArguments(learning_rate=5e-3, gradient_accumulation_steps=2, warmup_steps=2)
+    loader = DataLoader(data, batch_size=4, shuffle=True, collate_fn=default_data_collator)
+    trainer = _trainer(max_epochs=4)
+    trainer.fit(HFModule(model, args), train_dataloaders=AccumulationWindows(loader, 2))
+    assert trainer.global_step == 4 * len(AccumulationWindows(loader, 2))  # optimizer updates
+    assert _mean_loss(model, data) < 0.5 * before
+
+
+def test_hf_module_matches_hf_lightning_trainer_numbers(tmp_path):
+    """HFModule alone and hf_lightning.Trainer give the same weights for the same work (sequential data)."""
+    import hf_lightning
+
+    args_kwargs = dict(learning_rate=0.05, gradient_accumulation_steps=3, per_device_train_batch_size=4,
+                       max_steps=4, lr_scheduler_type="linear", warmup_steps=1, train_sampling_strategy="sequential",
+                       report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True)
+    data = regression_data(48)
+    facade = hf_lightning.Trainer(model=RegressionModel(), train_dataset=data,
+                                  args=TrainingArguments(output_dir=str(tmp_path), **args_kwargs))
+    facade.train()
+    module_model = RegressionModel()
+    loader = DataLoader(data, batch_size=4, shuffle=False, collate_fn=default_data_collator)
+    trainer = _trainer(max_steps=4)
+    trainer.fit(HFModule(module_model, TrainingArguments(output_dir=str(tmp_path), **args_kwargs)),
+                train_dataloaders=AccumulationWindows(loader, 3))
+    for a, b in zip(facade.model.parameters(), module_model.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_single_batches_with_accumulation_give_a_clear_error():
+    """A plain DataLoader with gradient_accumulation_steps > 1 raises, naming AccumulationWindows."""
+    loader = DataLoader(causal_lm_data(n=4), batch_size=2, collate_fn=default_data_collator)
+    module = HFModule(tiny_gpt2(), TrainingArguments(gradient_accumulation_steps=2))
+    with pytest.raises(ValueError, match="AccumulationWindows"):
+        _trainer(max_steps=1).fit(module, train_dataloaders=loader)
+
+
+def test_windows_hold_the_remainder_of_an_epoch():
+    """10 micro-batches in windows of 4 give 3 windows: 4, 4 and the remaining 2."""
+    windows = AccumulationWindows(list(range(10)), 4)
+    assert len(windows) == 3
+    assert [len(w) for w in windows] == [4, 4, 2]
+    with pytest.raises(ValueError, match="steps"):
+        AccumulationWindows([], 0)
