@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 import torch
+
 from hf_lightning.adapters.argument_table import carriers_for, check_supported, non_default_fields
 from hf_lightning.adapters.loggers import LoggerSpec, logger_specs
 from hf_lightning.adapters.strategy import DistributedSettings, build_strategy, distributed_settings

@@ -26,10 +26,10 @@ from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
 import torch
-from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
-from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
 from torch.utils.data import DistributedSampler
 
+from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
+from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
 from hf_lightning.data import compute_lengths
 
 __all__ = [

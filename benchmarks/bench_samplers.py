@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+
 from hf_lightning.adapters.samplers import build_train_sampler
 
 __all__ = ["make_lengths", "measure", "run"]

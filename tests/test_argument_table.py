@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from hf_lightning.adapters.argument_table import (
     ARGUMENT_TABLE,
     NOT_YET,
@@ -17,7 +18,6 @@ from hf_lightning.adapters.argument_table import (
     is_default_value,
     not_yet_fields,
 )
-
 from hf_lightning.enums import HubStrategy
 from hf_lightning.training_args import TrainingArguments
 from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments

@@ -10,10 +10,10 @@ from types import MappingProxyType
 import lightning as L
 import pytest
 import torch
-from hf_lightning.adapters.plan import LightningPlan, to_lightning
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
+from hf_lightning.adapters.plan import LightningPlan, to_lightning
 from hf_lightning.training_args import TrainingArguments
 
 TWO_PROCESSES = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}

@@ -9,6 +9,8 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DistributedSampler
+
 from hf_lightning.adapters.samplers import (
     SAMPLING_STRATEGIES,
     BatchRebalanceSampler,
@@ -17,7 +19,6 @@ from hf_lightning.adapters.samplers import (
     build_train_sampler,
 )
 from hf_lightning.adapters.samplers_rebalance import assign_to_ranks, min_max_partition
-from torch.utils.data import DistributedSampler
 
 
 def bench_lengths(n: int = 4096) -> list[int]:

@@ -23,7 +23,6 @@ from hf_lightning.adapters.argument_table import (
     ArgumentRow,
     field_default,
 )
-
 from hf_lightning.training_args import TrainingArguments
 from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
 

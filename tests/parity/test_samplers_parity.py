@@ -13,16 +13,17 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from transformers.trainer_pt_utils import BatchRebalanceSampler as HFBatchRebalanceSampler
+from transformers.trainer_pt_utils import DistributedLengthGroupedSampler as HFDistributedLengthGroupedSampler
+from transformers.trainer_pt_utils import LengthGroupedSampler as HFLengthGroupedSampler
+from transformers.trainer_pt_utils import get_length_grouped_indices
+
 from hf_lightning.adapters.samplers import (
     BatchRebalanceSampler,
     DistributedLengthGroupedSampler,
     LengthGroupedSampler,
     length_grouped_indices,
 )
-from transformers.trainer_pt_utils import BatchRebalanceSampler as HFBatchRebalanceSampler
-from transformers.trainer_pt_utils import DistributedLengthGroupedSampler as HFDistributedLengthGroupedSampler
-from transformers.trainer_pt_utils import LengthGroupedSampler as HFLengthGroupedSampler
-from transformers.trainer_pt_utils import get_length_grouped_indices
 
 GA, BATCH, SEED = 4, 8, 42
 
