@@ -13,6 +13,19 @@ _EXPORTS: dict[str, str] = {
     "LightningPlan": "plan",
     "HFModule": "module",
     "AccumulationWindows": "windows",
+    "ModuleSettings": "plan",
+    "DataSettings": "plan",
+    "check_supported": "argument_table",
+    "HFCheckpoint": "callbacks.checkpointing",
+    "JITCheckpoint": "callbacks.jit_checkpoint",
+    "LightningLoggersCallback": "callbacks.logging",
+    "ShardedSampler": "samplers",
+    "LengthGroupedSampler": "samplers",
+    "DistributedLengthGroupedSampler": "samplers",
+    "BatchRebalanceSampler": "samplers",
+    "build_train_sampler": "samplers",
+    "EvalShardSampler": "evaluation",
+    "retain_freed_memory": "allocator",
 }
 
 __all__ = sorted(_EXPORTS)
