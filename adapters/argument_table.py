@@ -62,8 +62,8 @@ def _rows(status: str, rows: Mapping[str, str]) -> dict[str, ArgumentRow]:
 _FACADE_OPT = "Trainer facade (optimizer)"
 _FACADE_SCHED = "Trainer facade (LR scheduler)"
 _EVAL = "Evaluation loop"
-_CKPT = "HFCheckpoint callback"
-_BEST = "HFCheckpoint callback (best model tracking)"
+_CKPT = "Trainer checkpointing (trainer_checkpoint.py; HFCheckpoint for a plain Lightning Trainer)"
+_BEST = "Trainer best-model tracking (trainer_eval + trainer_checkpoint)"
 _HUB = "Hub upload (not built)"
 _DATA = "DataSettings → DataLoader"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
@@ -75,7 +75,7 @@ _TABLE: dict[str, ArgumentRow] = {
     **_rows(
         SUPPORTED,
         {
-            "output_dir": "lightning.Trainer(default_root_dir) + HFCheckpoint callback",
+            "output_dir": "lightning.Trainer(default_root_dir) + Trainer checkpointing",
             "per_device_train_batch_size": f"{_DATA} (train batch_size)",
             "num_train_epochs": "lightning.Trainer(max_epochs, max_steps)",
             "max_steps": "lightning.Trainer(max_steps)",
@@ -163,7 +163,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "save_steps": _CKPT,
             "save_on_each_node": _CKPT,
             "save_total_limit": f"{_CKPT} (rotation)",
-            "enable_jit_checkpoint": "JITCheckpoint callback",
+            "enable_jit_checkpoint": "JITCheckpoint Lightning callback (owns SIGTERM during fit)",
         },
     ),
     **_rows(
