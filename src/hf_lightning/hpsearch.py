@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from hf_lightning.enums import ChoiceEnum
+from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_utils import BestRun, default_compute_objective
 
 __all__ = [
@@ -163,7 +164,7 @@ def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> Any:
     return new
 
 
-class TrainerHPSearchMixin:
+class TrainerHPSearchMixin(TrainerBase):
     """``hyperparameter_search`` and the per-trial hooks ``train`` and evaluation call."""
 
     hp_space: Any = None

@@ -46,6 +46,7 @@ from hf_lightning.checkpoint import (
 )
 from hf_lightning.checkpoint_folders import checkpoint_problem
 from hf_lightning.checkpoint_io import safe_torch_load
+from hf_lightning.trainer_base import TrainerBase
 
 __all__ = ["TrainerCheckpointMixin", "fast_forward_scheduler"]
 
@@ -105,7 +106,7 @@ def _restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, 
     return control
 
 
-class TrainerCheckpointMixin:
+class TrainerCheckpointMixin(TrainerBase):
     """``save_model``, ``save_state``, ``_save_checkpoint``, resuming and the best model at the end."""
 
     jit_kill_wait: float = 3.0

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from hf_lightning.data import RemoveColumnsCollator, compute_lengths, remove_unused_columns, signature_columns
+from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_utils import has_length, seed_worker
 
 __all__ = ["TrainerDataMixin", "find_labels"]
@@ -42,7 +43,7 @@ def _tensor_parallel_size(model: Any, args: Any) -> int:
     return int(size or 1)
 
 
-class TrainerDataMixin:
+class TrainerDataMixin(TrainerBase):
     """``get_train_dataloader`` and the helpers that prepare a dataset for the model."""
 
     def get_train_dataloader(self) -> DataLoader:

@@ -38,6 +38,7 @@ from hf_lightning.eval_utils import (
     prefix_metric_keys,
 )
 from hf_lightning.loss import count_items_in_batch
+from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 __all__ = ["TrainerEvalLoopMixin"]
@@ -73,7 +74,7 @@ class _EvalRun:
             torch.cuda.empty_cache()
 
 
-class TrainerEvalLoopMixin:
+class TrainerEvalLoopMixin(TrainerBase):
     """``evaluation_loop`` and ``prediction_step`` with transformers' signatures."""
 
     def evaluation_loop(

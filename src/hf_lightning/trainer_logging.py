@@ -6,12 +6,13 @@ from typing import Any
 
 import torch
 
+from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_utils import speed_metrics
 
 __all__ = ["TrainerLoggingMixin"]
 
 
-class TrainerLoggingMixin:
+class TrainerLoggingMixin(TrainerBase):
     """``log`` and ``_maybe_log_save_evaluate``: ``state.log_history`` with transformers' keys and cadence."""
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

@@ -16,6 +16,8 @@ import json
 import os
 from typing import Any
 
+from hf_lightning.trainer_base import TrainerBase
+
 __all__ = ["TrainerMetricsMixin", "metrics_format"]
 
 
@@ -41,7 +43,7 @@ def metrics_format(metrics: dict[str, Any]) -> dict[str, Any]:
     return formatted
 
 
-class TrainerMetricsMixin:
+class TrainerMetricsMixin(TrainerBase):
     """The end-of-run metrics helpers of ``Trainer`` (see the module docstring for the memory keys)."""
 
     def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:

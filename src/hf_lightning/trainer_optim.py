@@ -8,11 +8,12 @@ import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
+from hf_lightning.trainer_base import TrainerBase
 
 __all__ = ["TrainerOptimMixin"]
 
 
-class TrainerOptimMixin:
+class TrainerOptimMixin(TrainerBase):
     """``create_optimizer``, ``create_scheduler`` and the helpers around them."""
 
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_loop import TrainLoopDriver
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
@@ -24,7 +25,7 @@ __all__ = ["TrainerTrainMixin"]
 logger = logging.getLogger(__name__)
 
 
-class TrainerTrainMixin:
+class TrainerTrainMixin(TrainerBase):
     """``train``, ``set_initial_training_values`` and the bookkeeping around one training run."""
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
