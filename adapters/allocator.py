@@ -13,6 +13,7 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from collections.abc import Mapping
 
 __all__ = ["retain_freed_memory"]
 
@@ -21,11 +22,11 @@ _M_MMAP_THRESHOLD = -3
 _done = False
 
 
-def retain_freed_memory(env: dict[str, str] | None = None) -> bool:
+def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
     """Tune glibc's malloc (once per process); returns whether the tuning is in effect."""
     global _done
-    env = os.environ if env is None else env
-    if _done or env.get("HF_LIGHTNING_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+    settings: Mapping[str, str] = os.environ if env is None else env
+    if _done or settings.get("HF_LIGHTNING_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
         return _done
     name = ctypes.util.find_library("c")
     try:

@@ -42,6 +42,13 @@ class TrainerBase:
     is_in_train: bool
     hp_name: Callable[..., str] | None
     hp_search_backend: Any
+    _tr_loss: Any  # torch.Tensor: the training loss summed since the last log
+    _total_loss_scalar: float
+    _globalstep_last_logged: int
+    _initial_global_step: int
+    _initial_num_input_tokens_seen: int
+    _train_batch_size: int
+    _created_lr_scheduler: bool
 
     if TYPE_CHECKING:
         # Methods a mixin calls on another mixin (or on Trainer itself) resolve on the composed class.

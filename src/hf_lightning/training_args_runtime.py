@@ -14,7 +14,7 @@ import math
 import os
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hf_lightning.enums import ParallelMode
 
@@ -62,6 +62,11 @@ def _env_int(name: str) -> int | None:
 
 class RuntimeMixin:
     """Properties and helpers of `TrainingArguments` that depend on the running process."""
+
+    if TYPE_CHECKING:
+        # The fields come from the TrainingArguments dataclass this mixin is part of.
+        def __getattr__(self, name: str) -> Any: ...
+
 
     @property
     def world_size(self) -> int:

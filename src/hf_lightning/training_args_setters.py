@@ -6,7 +6,7 @@ Signatures and defaults are transformers'. Like there, a helper does not re-run 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hf_lightning.enums import (
     ChoiceEnum,
@@ -37,6 +37,11 @@ def _positive_steps(owner: Any, method: str, strategy: Any, steps: float) -> Non
 
 class SettersMixin:
     """Grouped setters: ``args.set_training(...).set_evaluate(...)``."""
+
+    if TYPE_CHECKING:
+        # The fields come from the TrainingArguments dataclass this mixin is part of.
+        def __getattr__(self, name: str) -> Any: ...
+
 
     def set_training(
         self,
