@@ -102,7 +102,6 @@ class HFModule(L.LightningModule):
         self.last_grad_norm: float | None = None
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
-        self._trainable: list[torch.nn.Parameter] = []
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
@@ -117,8 +116,7 @@ class HFModule(L.LightningModule):
     # --- Lightning hooks -------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
-        # Walking model.parameters() costs ~0.5 ms per step on a small model; list them once.
-        self._trainable = [p for p in self.model.parameters() if p.requires_grad]
+
         self.train_model = self.model
         if self.args.torch_compile:
             # transformers compiles the model it trains; the saved weights keep the plain names.
@@ -179,19 +177,30 @@ class HFModule(L.LightningModule):
         learning_rate = self.current_learning_rate()
         if self._steps_per_update(self.hf_lr_scheduler):
             self.hf_lr_scheduler.step()
-        for param in self._trainable:  # model.zero_grad(), without walking the module tree
+        for param in self._optimized_parameters():  # model.zero_grad(), without walking the module tree
             param.grad = None
         self.driver.on_step_end(self.last_grad_norm, learning_rate)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.args.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
-        params = [p for p in self._trainable if p.grad is not None]
+        params = [p for p in self._optimized_parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
         self.last_grad_norm = float(norm)
         self.driver.on_pre_optimizer_step()
 
     # --- helpers ---------------------------------------------------------------------------
+    def _optimized_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters the optimizer updates (clipped and zeroed each step).
+
+        Read from the optimizer's param groups, which are flat lists: walking ``model.parameters()``
+        costs ~0.5 ms per step on a small model. Layers unfrozen mid-training join the optimizer, so
+        they are included from then on.
+        """
+        optimizer = self.optimizers()
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
     def _as_window(self, batch: Any) -> list[Any]:
         if isinstance(batch, Mapping):
             if self.args.gradient_accumulation_steps > 1:

@@ -74,3 +74,24 @@ def test_windows_hold_the_remainder_of_an_epoch():
     assert [len(w) for w in windows] == [4, 4, 2]
     with pytest.raises(ValueError, match="steps"):
         AccumulationWindows([], 0)
+
+
+def test_layers_unfrozen_mid_training_are_trained_and_zeroed(tmp_path):
+    """A parameter frozen at the start and unfrozen by a callback trains, and its gradient is cleared each step."""
+    import hf_lightning
+
+    class Unfreeze(hf_lightning.TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == 1:
+                model.b.requires_grad_(True)
+
+    model = RegressionModel()
+    model.b.requires_grad_(False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # holds b, frozen for now
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=3,
+                             report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True)
+    trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=regression_data(16),
+                                   callbacks=[Unfreeze()], optimizers=(optimizer, None))
+    trainer.train()
+    assert float(model.b) != 0.0  # trained after the unfreeze
+    assert model.b.grad is None  # cleared after the last step, not accumulated
