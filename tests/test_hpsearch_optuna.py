@@ -12,17 +12,10 @@ import torch
 
 import hf_lightning.hpsearch as hpsearch
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
-from hf_lightning.hpsearch import TrainerHPSearchMixin
-from tests.tiny import RegressionModel, regression_data
+from tests.tiny import HP_SEARCH_ARGS, RegressionModel, regression_data
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# the search mixin is part of Trainer once the facade lists it; until then a subclass puts it first
-HPTrainer = (
-    Trainer
-    if issubclass(Trainer, TrainerHPSearchMixin)
-    else type("HPTrainer", (TrainerHPSearchMixin, Trainer), {"__module__": __name__})
-)
 
 
 def lr_space(trial):
@@ -40,19 +33,8 @@ class Evaluations(TrainerCallback):
 
 
 def make_trainer(tmp_path, model_init=None, callbacks=None, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_train_epochs=1,
-        eval_strategy="epoch",
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        learning_rate=0.1,
-        seed=0,
-    )
-    kwargs.update(overrides)
-    return HPTrainer(
+    kwargs = {**HP_SEARCH_ARGS, "output_dir": str(tmp_path / "out"), **overrides}
+    return Trainer(
         model_init=model_init or (lambda: RegressionModel()),
         args=TrainingArguments(**kwargs),
         train_dataset=regression_data(32),
@@ -348,7 +330,7 @@ def test_bad_calls_raise_clear_errors(tmp_path, call, error, message):
 def test_search_needs_model_init(tmp_path):
     """A trainer built with model= instead of model_init= cannot search."""
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
-    trainer = HPTrainer(model=RegressionModel(), args=args, train_dataset=regression_data(8))
+    trainer = Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(8))
     with pytest.raises(RuntimeError, match="model_init"):
         trainer.hyperparameter_search(backend="optuna")
 

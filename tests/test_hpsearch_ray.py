@@ -17,16 +17,8 @@ from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
 from hf_lightning.adapters.hpsearch import ray as ray_backend
-from hf_lightning.hpsearch import TrainerHPSearchMixin
 from hf_lightning.trainer_utils import default_compute_objective
-from tests.tiny import RegressionModel, regression_data
-
-# the search mixin is part of Trainer once the facade lists it; until then a subclass puts it first
-HPTrainer = (
-    Trainer
-    if issubclass(Trainer, TrainerHPSearchMixin)
-    else type("HPTrainer", (TrainerHPSearchMixin, Trainer), {"__module__": __name__})
-)
+from tests.tiny import HP_SEARCH_ARGS, RegressionModel, regression_data
 
 
 def model_init(trial):
@@ -38,19 +30,8 @@ def lr_space(trial):
 
 
 def make_trainer(tmp_path, callbacks=None, train_dataset=None, **overrides):
-    kwargs = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_train_epochs=1,
-        eval_strategy="epoch",
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        learning_rate=0.1,
-        seed=0,
-    )
-    kwargs.update(overrides)
-    return HPTrainer(
+    kwargs = {**HP_SEARCH_ARGS, "output_dir": str(tmp_path / "out"), **overrides}
+    return Trainer(
         model_init=model_init,
         args=TrainingArguments(**kwargs),
         train_dataset=train_dataset if train_dataset is not None else regression_data(32),

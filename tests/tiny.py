@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["RegressionModel", "causal_lm_data", "regression_data", "tiny_gpt2", "tiny_llama"]
+__all__ = ["HP_SEARCH_ARGS", "RegressionModel", "causal_lm_data", "regression_data", "tiny_gpt2", "tiny_llama"]
 
 
 def tiny_gpt2(seed: int = 0, *, dropout: float = 0.1, fix_hf_count: bool = False) -> nn.Module:
@@ -66,3 +66,8 @@ def regression_data(n: int = 64, seed: int = 0) -> list[dict[str, torch.Tensor]]
     x = torch.randn(n, generator=g)
     y = 2.0 * x + 3.0 + 0.1 * torch.randn(n, generator=g)
     return [{"input_x": x[i], "labels": y[i]} for i in range(n)]
+
+
+# TrainingArguments of the hyperparameter-search tests: one epoch of 4 steps, evaluated at its end.
+HP_SEARCH_ARGS = dict(per_device_train_batch_size=8, num_train_epochs=1, eval_strategy="epoch", save_strategy="no",
+                      report_to="none", disable_tqdm=True, learning_rate=0.1, seed=0)
