@@ -18,6 +18,7 @@ group if nobody did (backend ``ddp_backend``, else nccl on CUDA and gloo on CPU)
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
@@ -86,7 +87,15 @@ def ensure_process_group(
     backend = backend or ("nccl" if device_type == "cuda" else "gloo")
     kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
     dist.init_process_group(backend=backend, **kwargs)
+    # Ours to close: a gloo group still alive at interpreter shutdown can abort the process
+    # ("terminate called without an active exception") after all the work is done.
+    atexit.register(_destroy_process_group)
     return dist.get_world_size() > 1
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class EvalCollective:
