@@ -36,7 +36,12 @@ from hf_lightning.trainer_eval import TrainerEvalMixin
 from hf_lightning.trainer_logging import TrainerLoggingMixin
 from hf_lightning.trainer_optim import TrainerOptimMixin
 from hf_lightning.trainer_train import TrainerTrainMixin
-from hf_lightning.trainer_utils import TrainerMemoryTracker, enable_full_determinism, set_seed
+from hf_lightning.trainer_utils import (
+    TrainerMemoryTracker,
+    enable_full_determinism,
+    ensure_training_mode,
+    set_seed,
+)
 from hf_lightning.training_args import TrainingArguments
 
 __all__ = ["Trainer"]
@@ -177,7 +182,7 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
         """Forward and backward on one micro-batch; returns the detached loss for logging."""
-        model.train()
+        ensure_training_mode(model)  # model.train(), without the walk when nothing would change
         inputs = self._prepare_inputs(inputs)
         with self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)

@@ -121,7 +121,7 @@ class TrainLoopDriver:
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         t = self.trainer
         self.step += 1
-        if t.args.logging_nan_inf_filter and (torch.isnan(loss) or torch.isinf(loss)):
+        if t.args.logging_nan_inf_filter and not torch.isfinite(loss):  # NaN or ±inf, one check
             t._tr_loss += t._tr_loss / (1 + t.state.global_step - t._globalstep_last_logged)
         else:
             t._tr_loss += loss.to(t._tr_loss.device)

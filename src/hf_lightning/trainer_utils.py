@@ -250,6 +250,37 @@ def number_of_arguments(func: Any) -> int:
     return len(inspect.signature(func).parameters)
 
 
+_MODE_ONLY_TRAIN: dict[type, bool] = {}
+
+
+def _train_sets_mode_only(cls: type) -> bool:
+    """Whether ``cls.train(True)`` only sets the ``training`` flags when they are already set.
+
+    True for ``nn.Module.train`` and transformers' ``PreTrainedModel.train`` (which re-applies its
+    kernels only when the mode changes); an override anywhere else may do more, so it is always called.
+    """
+    known = _MODE_ONLY_TRAIN.get(cls)
+    if known is None:
+        train = cls.train
+        known = train is torch.nn.Module.train or (
+            train.__qualname__ == "PreTrainedModel.train" and train.__module__.startswith("transformers."))
+        _MODE_ONLY_TRAIN[cls] = known
+    return known
+
+
+def ensure_training_mode(model: torch.nn.Module) -> None:
+    """``model.train()``, skipped when every submodule is already training and ``train`` would do nothing else.
+
+    transformers puts the model in training mode before every micro-batch; the call walks the tree
+    and sets a flag on every submodule (~150 us on a small GPT-2). Reading the flags is a few times
+    cheaper, and a submodule left in eval mode (or a custom ``train``) still gets the real call.
+    """
+    for module in model.modules():
+        if not module.training or not _train_sets_mode_only(type(module)):
+            model.train()
+            return
+
+
 def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) -> int:
     """Number of parameters of ``model`` (only those requiring grad with ``trainable_only``); a DeepSpeed
     ZeRO-3 partitioned parameter counts its full size (``ds_numel``)."""
