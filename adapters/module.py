@@ -29,6 +29,8 @@ from hf_lightning.training_args import TrainingArguments
 
 __all__ = ["HFModule", "StandaloneDriver"]
 
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+
 
 class StandaloneDriver:
     """The driver of an ``HFModule`` fitted by a plain ``lightning.Trainer``: no HF events.
@@ -112,6 +114,22 @@ class HFModule(L.LightningModule):
 
     def forward(self, **inputs: Any) -> Any:
         return self.model(**inputs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``nn.Module.__setattr__`` with a fast path for plain values.
+
+        Lightning sets ``_current_fx_name`` around every hook call and this module keeps per-step
+        scalars; the generic path's Parameter/Module/Tensor checks cost ~3 us each, dozens of times
+        per step. Plain values that shadow no registered parameter, buffer or submodule are stored
+        directly (properties still run: ``object.__setattr__`` honours data descriptors).
+        """
+        if type(value) in _PLAIN_TYPES:
+            d = self.__dict__
+            if name not in d.get("_parameters", ()) and name not in d.get("_buffers", ()) and (
+                    name not in d.get("_modules", ())):
+                object.__setattr__(self, name, value)
+                return
+        super().__setattr__(name, value)
 
     # --- Lightning hooks -------------------------------------------------------------------
     def setup(self, stage: str) -> None:

@@ -95,3 +95,22 @@ def test_layers_unfrozen_mid_training_are_trained_and_zeroed(tmp_path):
     trainer.train()
     assert float(model.b) != 0.0  # trained after the unfreeze
     assert model.b.grad is None  # cleared after the last step, not accumulated
+
+
+def test_attribute_assignment_keeps_torch_semantics():
+    """HFModule's fast attribute path stores plain values only; modules, parameters and None keep torch's rules."""
+    module = HFModule(RegressionModel())
+    module.window_size = 3  # plain value: stored, no registration
+    assert module.window_size == 3 and "window_size" not in dict(module.named_parameters())
+    module.head = torch.nn.Linear(1, 1)  # a submodule is registered
+    assert "head.weight" in dict(module.named_parameters())
+    module.scale = torch.nn.Parameter(torch.ones(()))
+    assert "scale" in dict(module.named_parameters())
+    module.scale = None  # None on a registered parameter keeps the slot, as nn.Module does
+    assert "scale" in module._parameters and module._parameters["scale"] is None
+    with pytest.raises(TypeError, match="scale"):
+        module.scale = 1.0  # a plain value cannot replace a parameter slot
+    module.head = None
+    assert module._modules["head"] is None
+    module.automatic_optimization = True  # a Lightning property: its setter runs
+    assert module.automatic_optimization is True
