@@ -6,10 +6,11 @@ Workloads (one thread, progress bars and saving off):
 
 Every run is a fresh process (so one framework's process-wide settings, such as hf_lightning's
 allocator tuning, never help another's), interleaved over several rounds (the machine is noisy);
-each figure is the median over rounds of the per-run step time as a ratio to the raw loop of the
-same round. Start-up is process start to the end of the first optimizer step.
+each figure is the median over rounds of the per-run step time (the median step interval of the run)
+as a ratio to the raw loop of the same round, with the range over rounds beside it. Start-up is
+process start to the end of the first optimizer step.
 
-    python benchmarks/bench_step.py [--rounds 5] [--steps 40]
+    python benchmarks/bench_step.py [--rounds 7] [--steps 40]
 """
 
 from __future__ import annotations
@@ -50,8 +51,13 @@ def make_data(w, n_steps):
 
 
 def per_step(times):
-    """Seconds per step after the first two (warm-up), and the absolute end time of the first step."""
-    return (times[-1] - times[1]) / (len(times) - 2), times[0]
+    """Seconds per step, and the absolute end time of the first step.
+
+    The median of the step-to-step intervals after two warm-up steps: on a shared machine a step is
+    now and then stalled by another process for several times its length, and a mean would charge
+    those stalls to whichever framework happened to be running.
+    """
+    return statistics.median(b - a for a, b in zip(times[1:], times[2:])), times[0]
 
 
 def run_raw(w, steps):
@@ -155,7 +161,7 @@ def spawn(framework: str, workload: str, steps: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "WORKLOAD", "STEPS"), help=argparse.SUPPRESS)
@@ -163,8 +169,8 @@ def main() -> None:
     if cli.one:
         run_one(cli.one[0], cli.one[1], int(cli.one[2]))
         return
-    print("| workload | framework | s/step (median) | ratio to raw (median of rounds) | start-up s |")
-    print("|---|---|---:|---:|---:|")
+    print("| workload | framework | s/step (median) | ratio to raw (median of rounds) | ratio range | start-up s |")
+    print("|---|---|---:|---:|---:|---:|")
     for name in cli.workloads:
         steps = cli.steps if name.startswith("W1") else max(cli.steps // 4, 8)
         results = {k: [] for k in RUNNERS}
@@ -173,10 +179,11 @@ def main() -> None:
                 results[fw].append(spawn(fw, name, steps))
         raw = [s for s, _ in results["raw torch"]]
         for fw, values in results.items():
-            ratio = statistics.median(s / r for (s, _), r in zip(values, raw))
+            ratios = [s / r for (s, _), r in zip(values, raw)]
             med = statistics.median(s for s, _ in values)
             startup = statistics.median(t for _, t in values)
-            print(f"| {name} | {fw} | {med:.4f} | {ratio:.3f} | {startup:.2f} |", flush=True)
+            print(f"| {name} | {fw} | {med:.4f} | {statistics.median(ratios):.3f} | "
+                  f"{min(ratios):.2f}–{max(ratios):.2f} | {startup:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
