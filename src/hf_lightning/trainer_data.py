@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from hf_lightning.data import RemoveColumnsCollator, compute_lengths, remove_unused_columns, signature_columns
+from hf_lightning.data_dispatch import DispatchedBatches
 from hf_lightning.trainer_base import TrainerBase
 from hf_lightning.trainer_utils import has_length, seed_worker
 
@@ -46,7 +47,7 @@ def _tensor_parallel_size(model: Any, args: Any) -> int:
 class TrainerDataMixin(TrainerBase):
     """``get_train_dataloader`` and the helpers that prepare a dataset for the model."""
 
-    def get_train_dataloader(self) -> DataLoader:
+    def get_train_dataloader(self) -> DataLoader | DispatchedBatches:
         """The training DataLoader: sampler from ``train_sampling_strategy``, workers from the arguments."""
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
@@ -59,7 +60,7 @@ class TrainerDataMixin(TrainerBase):
         return self._signature_columns
 
     def _get_dataloader(self, dataset: Any, description: str, batch_size: int, sampler_fn: Any = None,
-                        is_training: bool = False) -> DataLoader:
+                        is_training: bool = False) -> DataLoader | DispatchedBatches:
         args = self.args
         collator = self.data_collator
         lengths = None
@@ -93,7 +94,11 @@ class TrainerDataMixin(TrainerBase):
             if is_training:
                 params["worker_init_fn"] = partial(seed_worker, num_workers=args.dataloader_num_workers,
                                                    rank=args.process_index)
-        elif is_training:
+        else:
+            # transformers leaves drop_last off for a stream; its documentation promises to drop the last
+            # incomplete batch, so the stream's is dropped too (docs/divergences.md).
+            params["drop_last"] = args.dataloader_drop_last
+        if isinstance(dataset, IterableDataset) and is_training:
             if args.max_steps <= 0:
                 raise ValueError("`TrainingArguments(max_steps=...)` must be a positive number of steps when "
                                  "train_dataset is an IterableDataset (it has no length to count epochs with)")
@@ -101,6 +106,10 @@ class TrainerDataMixin(TrainerBase):
                 logger.warning("`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
                                "is an IterableDataset, whose examples are read in the dataset's own order.",
                                args.train_sampling_strategy)
+            if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
+                seed = args.data_seed if args.data_seed is not None else args.seed
+                return DispatchedBatches(DataLoader(dataset, **params), args.world_size, args.process_index,
+                                         drop_last=args.dataloader_drop_last, seed=seed)
         return DataLoader(dataset, **params)
 
     def _lengths(self, dataset: Any) -> list[int]:
