@@ -439,6 +439,23 @@ def test_hf_checkpoint_unknown_monitor_lists_the_metrics(tmp_path):
         _fit(HFCheckpoint(tmp_path, save_strategy="best", monitor="accuracy"), scores=[0.1])
 
 
+def test_hf_checkpoint_monitor_must_be_a_single_number(tmp_path):
+    """A monitored metric holding several numbers raises a ValueError naming the monitor."""
+
+    class VectorScore(LitRegression):
+        def validation_step(self, batch, batch_idx):
+            self.trainer.callback_metrics["score"] = torch.tensor([0.1, 0.2])
+
+    callback = HFCheckpoint(tmp_path, save_strategy="best", monitor="score")
+    trainer = L.Trainer(max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[callback])
+    x = torch.randn(4, 1)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x), batch_size=2)
+    with pytest.raises(ValueError, match="monitor='score'"):
+        trainer.fit(VectorScore([]), data, data)
+
+
 def test_checkpoint_error_is_a_value_error():
     """CheckpointError can be caught as ValueError, the error transformers raises for bad checkpoints."""
     assert issubclass(CheckpointError, ValueError)

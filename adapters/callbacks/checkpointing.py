@@ -209,6 +209,11 @@ class HFCheckpoint(L.Callback):
                 f"available: {sorted(metrics)}."
             )
         value = _scalar(metrics[self.monitor])
+        if value is None:
+            raise ValueError(
+                f"`HFCheckpoint(monitor={self.monitor!r})` must name a single number, got "
+                f"{type(metrics[self.monitor]).__name__} {metrics[self.monitor]!r}."
+            )
         best = self.best_metric
         if best is not None and not (value > best if self.greater_is_better else value < best):
             return False
