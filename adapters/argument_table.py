@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "ARGUMENT_TABLE",
@@ -323,7 +323,7 @@ def non_default_fields(args: Any) -> list[str]:
     :func:`is_default_value`) or the value a default-constructed instance holds after ``__post_init__``
     (e.g. an ``accelerator_config`` filled with its default keys).
     """
-    normalized = _normalized_defaults(type(args))
+    normalized = _normalized_defaults(cast(type, type(args)))
     missing = object()
     return [
         field.name

@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -85,7 +85,7 @@ def ensure_process_group(
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     backend = backend or ("nccl" if device_type == "cuda" else "gloo")
-    kwargs = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
     dist.init_process_group(backend=backend, **kwargs)
     # Ours to close: a gloo group still alive at interpreter shutdown can abort the process
     # ("terminate called without an active exception") after all the work is done.
@@ -124,7 +124,9 @@ class EvalCollective:
         if isinstance(data, (list, tuple)):
             return type(data)(self.pad_across_processes(t, pad_index, dim) for t in data)
         if isinstance(data, Mapping):
-            return type(data)({k: self.pad_across_processes(t, pad_index, dim) for k, t in data.items()})
+            return cast(Any, type(data))(
+                {k: self.pad_across_processes(t, pad_index, dim) for k, t in data.items()}
+            )
         if not isinstance(data, torch.Tensor) or data.ndim <= dim:
             return data
         size = torch.tensor([data.shape[dim]], device=data.device)
@@ -135,7 +137,7 @@ class EvalCollective:
         """``data`` of all ranks, concatenated in rank order, without the repeated samples of round ``step``."""
         if not self.active:
             return data
-        keep = self.sampler.real_rows(step)
+        keep = cast(EvalShardSampler, self.sampler).real_rows(step)  # active implies a sampler
         if self.use_gather_object or not _all_tensors(data):
             return self._gather_objects(data)[:keep]  # one flat list, an entry per sample
         return nested_truncate(self._gather_tensors(data), keep)
@@ -144,7 +146,7 @@ class EvalCollective:
         if isinstance(data, (list, tuple)):
             return type(data)(self._gather_tensors(t) for t in data)
         if isinstance(data, Mapping):
-            return type(data)({k: self._gather_tensors(t) for k, t in data.items()})
+            return cast(Any, type(data))({k: self._gather_tensors(t) for k, t in data.items()})
         tensor = data.reshape(1) if data.ndim == 0 else data.contiguous()
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(parts, tensor)
@@ -190,7 +192,8 @@ class EvalEngine:
     def world(self) -> tuple[int, int]:
         """``(world_size, rank)`` of the data-parallel group the evaluation is sharded over."""
         if self.in_lightning:
-            return self.lightning_trainer.world_size, self.lightning_trainer.global_rank
+            trainer = cast(Any, self.lightning_trainer)  # not None: in_lightning
+            return trainer.world_size, trainer.global_rank
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (dist.is_available() and dist.is_initialized()):
             device_type = torch.device(self.args.device).type
             if ensure_process_group(self.args.ddp_backend, self.args.ddp_timeout, device_type):
@@ -228,8 +231,11 @@ class EvalEngine:
 
     def _precision_context(self) -> contextlib.AbstractContextManager:
         if self.in_lightning:
-            return self.lightning_trainer.precision_plugin.forward_context()
-        precision = "bf16-mixed" if self.args.bf16 else "16-mixed" if self.args.fp16 else None
+            trainer = cast(Any, self.lightning_trainer)  # not None: in_lightning
+            return trainer.precision_plugin.forward_context()
+        precision: Literal["bf16-mixed", "16-mixed"] | None = (
+            "bf16-mixed" if self.args.bf16 else "16-mixed" if self.args.fp16 else None
+        )
         if precision is None:
             return contextlib.nullcontext()
         from lightning.pytorch.plugins.precision import MixedPrecision

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -37,6 +37,8 @@ class StandaloneDriver:
 
     Subclass it (or pass any object with these methods) to observe the training loop.
     """
+
+    _window_loss: torch.Tensor | float  # loss summed over the micro-batches of the current step
 
     def bind(self, module: HFModule) -> None:
         self.module = module
@@ -138,8 +140,9 @@ class HFModule(L.LightningModule):
         self.train_model = self.model
         if self.args.torch_compile:
             # transformers compiles the model it trains; the saved weights keep the plain names.
-            self.train_model = torch.compile(self.model, backend=self.args.torch_compile_backend or "inductor",
-                                             mode=self.args.torch_compile_mode)
+            compiled = torch.compile(self.model, backend=self.args.torch_compile_backend or "inductor",
+                                     mode=self.args.torch_compile_mode)
+            self.train_model = cast(nn.Module, compiled)
 
     def configure_optimizers(self) -> Any:
         """The optimizer for Lightning; the HF scheduler is kept here and stepped once per update.
@@ -159,7 +162,7 @@ class HFModule(L.LightningModule):
             scheduler = get_scheduler(
                 self.args.lr_scheduler_type, optimizer,
                 num_warmup_steps=self.args.get_warmup_steps(total), num_training_steps=total,
-                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs or {})
+                scheduler_specific_kwargs=cast(dict[str, Any], self.args.lr_scheduler_kwargs or {}))
         self.hf_lr_scheduler = scheduler
         return optimizer
 
@@ -180,7 +183,7 @@ class HFModule(L.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         window = self._as_window(batch)
-        optimizer = self.optimizers()
+        optimizer = cast(Any, self.optimizers())  # one optimizer, not a list
         num_items = self.count_items(window)
         self.window_size = len(window)
         for index, inputs in enumerate(window):
@@ -215,7 +218,7 @@ class HFModule(L.LightningModule):
         costs ~0.5 ms per step on a small model. Layers unfrozen mid-training join the optimizer, so
         they are included from then on.
         """
-        optimizer = self.optimizers()
+        optimizer: Any = self.optimizers()
         optimizer = getattr(optimizer, "optimizer", optimizer)
         return [p for group in optimizer.param_groups for p in group["params"]]
 
@@ -250,7 +253,7 @@ class HFModule(L.LightningModule):
         """The learning rate of the first parameter group as the scheduler last set it."""
         scheduler = self.hf_lr_scheduler
         if not self._steps_per_update(scheduler):
-            optimizer = self.optimizers()
+            optimizer: Any = self.optimizers()
             optimizer = getattr(optimizer, "optimizer", optimizer)
             return float(optimizer.param_groups[0]["lr"])
         return float(scheduler.get_last_lr()[0])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence, Sized
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DistributedSampler
@@ -111,7 +111,12 @@ class ShardedSampler(DistributedSampler):
             data_source = range(data_source)
         num_replicas, rank = resolve_replicas(num_replicas, rank, "ShardedSampler")
         super().__init__(
-            data_source, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=drop_last
+            cast(Any, data_source),  # DistributedSampler only takes len() of it; any Sized works
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
         )
 
 
@@ -227,7 +232,7 @@ def build_train_sampler(
             f"`TrainingArguments(train_sampling_strategy={strategy!r})` is not supported; choose one of: "
             + ", ".join(repr(s) for s in SAMPLING_STRATEGIES)
         )
-    world = {"num_replicas": num_replicas, "rank": rank, "seed": seed, "drop_last": drop_last}
+    world: dict[str, Any] = {"num_replicas": num_replicas, "rank": rank, "seed": seed, "drop_last": drop_last}
     if strategy in ("random", "sequential"):
         size = lengths if isinstance(lengths, int) else len(lengths)
         return ShardedSampler(size, shuffle=strategy == "random", **world), None

@@ -23,7 +23,7 @@ import gc
 import inspect
 import logging
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import optuna
 import torch
@@ -82,7 +82,10 @@ def run(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any) 
     optimize_kwargs = {name: kwargs.pop(name) for name in _OPTIMIZE_KWARGS if name in kwargs}
     _check_study_kwargs(kwargs)
     directions = direction if isinstance(direction, list) else None
-    study = optuna.create_study(direction=None if directions else direction, directions=directions, **kwargs)
+    # optuna checks the direction strings itself; its stubs only take the two literals
+    study = optuna.create_study(
+        direction=cast(Any, None if directions else direction), directions=cast(Any, directions), **kwargs
+    )
     remaining = _remaining_trials(study, n_trials)
     if remaining > 0:
         objective = _objective(trainer, optimize_kwargs.get("n_jobs", 1))
@@ -162,5 +165,5 @@ def _best_runs(study: optuna.Study) -> BestRun | list[BestRun]:
         )
     if len(study.directions) == 1:
         best = study.best_trial
-        return BestRun(str(best.number), best.value, best.params, study)
+        return BestRun(str(best.number), cast(float, best.value), best.params, study)  # a completed trial
     return [BestRun(str(best.number), best.values, best.params, study) for best in study.best_trials]

@@ -35,7 +35,7 @@ import sys
 import types
 import typing
 from argparse import ArgumentDefaultsHelpFormatter, ArgumentParser, ArgumentTypeError, Namespace
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from inspect import isclass
 from pathlib import Path
@@ -147,6 +147,7 @@ def _type_kwargs(field: dataclasses.Field, annotation: Any) -> dict[str, Any]:
     """The argparse keywords (type, nargs, choices, default) that the field's annotation implies."""
     origin = typing.get_origin(annotation) or annotation
     if _is_choice(annotation):
+        choices: Sequence[Any]
         if origin is Literal:
             choices = typing.get_args(annotation)
         else:

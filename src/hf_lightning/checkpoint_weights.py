@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import safetensors.torch
 import torch
@@ -48,7 +48,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model = model.module
         elif isinstance(getattr(model, "_orig_mod", None), nn.Module):
-            model = model._orig_mod
+            model = cast(nn.Module, model._orig_mod)
         else:
             return model
 
@@ -87,7 +87,7 @@ def save_model_weights(
     os.makedirs(folder, exist_ok=True)
     if callable(getattr(model, "save_pretrained", None)):
         kwargs = {} if state_dict is None else {"state_dict": dict(state_dict)}
-        model.save_pretrained(folder, **kwargs)
+        cast(Any, model).save_pretrained(folder, **kwargs)
         return
     tensors = dedupe_shared_tensors(model.state_dict() if state_dict is None else state_dict)
     tensors = {name: tensor.cpu() for name, tensor in tensors.items()}
@@ -161,7 +161,7 @@ def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict:
     model = unwrap_model(model)
     paths, index_keys, loader = _locate_weights(folder)
     first = None if index_keys is not None else loader(paths[0])
-    keys = index_keys if index_keys is not None else set(first)
+    keys = index_keys if index_keys is not None else set(cast(dict[str, torch.Tensor], first))
     missing, unexpected = _mismatch(model, keys)
     if strict and (missing or unexpected):
         raise CheckpointError(

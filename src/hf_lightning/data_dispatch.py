@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -112,7 +112,7 @@ def _slice(batch: Any, start: int, stop: int) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch[start:stop]
     if isinstance(batch, Mapping):
-        return type(batch)({key: _slice(value, start, stop) for key, value in batch.items()})
+        return cast(Any, type(batch))({key: _slice(value, start, stop) for key, value in batch.items()})
     if isinstance(batch, (list, tuple)):
         return type(batch)(_slice(value, start, stop) for value in batch)
     return batch
@@ -131,7 +131,7 @@ def _concatenate(batches: list[Any]) -> Any:
                 "to the same length (e.g. `DataCollatorWithPadding(padding='max_length')`) or set "
                 "`TrainingArguments(dataloader_drop_last=True)`") from error
     if isinstance(head, Mapping):
-        return type(head)({key: _concatenate([b[key] for b in batches]) for key in head})
+        return cast(Any, type(head))({key: _concatenate([b[key] for b in batches]) for key in head})
     if isinstance(head, (list, tuple)):
         return type(head)(_concatenate(list(values)) for values in zip(*batches))
     return head

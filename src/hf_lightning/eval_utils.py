@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -60,7 +60,7 @@ def _map(fn: Any, tensors: Any) -> Any:
     if isinstance(tensors, (list, tuple)):
         return type(tensors)(_map(fn, t) for t in tensors)
     if isinstance(tensors, Mapping):
-        return type(tensors)({k: _map(fn, t) for k, t in tensors.items()})
+        return cast(Any, type(tensors))({k: _map(fn, t) for k, t in tensors.items()})
     return fn(tensors)
 
 
@@ -124,7 +124,9 @@ def nested_concat(tensors: Any, new_tensors: Any, padding_index: int = IGNORE_IN
     if isinstance(tensors, (list, tuple)):
         return type(tensors)(nested_concat(t, n, padding_index) for t, n in zip(tensors, new_tensors))
     if isinstance(tensors, Mapping):
-        return type(tensors)({k: nested_concat(t, new_tensors[k], padding_index) for k, t in tensors.items()})
+        return cast(Any, type(tensors))(
+            {k: nested_concat(t, new_tensors[k], padding_index) for k, t in tensors.items()}
+        )
     if isinstance(tensors, (torch.Tensor, np.ndarray)):
         return pad_and_concatenate(tensors, new_tensors, padding_index)
     raise TypeError(f"Cannot concatenate evaluation outputs of type {type(tensors).__name__}")
@@ -151,11 +153,11 @@ def concat_batches(batches: list[Any], padding_index: int = IGNORE_INDEX, consum
             batches.clear()
         return type(first)(concat_batches(column, padding_index, consume) for column in columns)
     if isinstance(first, Mapping):
-        columns = {k: [b[k] for b in batches] for k in first}
+        by_key = {k: [b[k] for b in batches] for k in first}
         if consume:
             batches.clear()
-        return type(first)(
-            {k: concat_batches(column, padding_index, consume) for k, column in columns.items()}
+        return cast(Any, type(first))(
+            {k: concat_batches(column, padding_index, consume) for k, column in by_key.items()}
         )
     if not _is_array(first):
         raise TypeError(f"Cannot concatenate evaluation outputs of type {type(first).__name__}")
@@ -175,7 +177,7 @@ def _pad_and_stack(batches: list[Any], padding_index: int, consume: bool) -> Any
     first = batches[0]
     if isinstance(first, torch.Tensor):
         dtype = functools.reduce(torch.promote_types, (b.dtype for b in batches))
-        result = torch.empty(shape, dtype=dtype, device=first.device)
+        result: Any = torch.empty(shape, dtype=dtype, device=first.device)
     else:
         result = np.empty(shape, dtype=np.result_type(*batches))
     row = 0

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -115,6 +115,7 @@ class LabelSmoother:
         ignored = labels.eq(self.ignore_index)
         nll = neg_log_probs.gather(dim=-1, index=labels.clamp(min=0)).masked_fill(ignored, 0.0)
         smooth = neg_log_probs.sum(dim=-1, keepdim=True, dtype=torch.float32).masked_fill(ignored, 0.0)
+        denominator: torch.Tensor | int
         if num_items_in_batch is None:
             denominator = ignored.numel() - ignored.long().sum()
         elif isinstance(num_items_in_batch, torch.Tensor):
@@ -179,8 +180,8 @@ def compute_model_loss(model: nn.Module, inputs: Mapping[str, Any], settings: Lo
     if settings.compute_loss_func is not None:
         loss = settings.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
     elif labels is not None:
-        loss = settings.label_smoother(outputs, labels, shift_labels=settings.shift_labels,
-                                       num_items_in_batch=num_items_in_batch)
+        smoother = cast(LabelSmoother, settings.label_smoother)  # set: labels were popped for it
+        loss = smoother(outputs, labels, shift_labels=settings.shift_labels, num_items_in_batch=num_items_in_batch)
     else:
         loss = _loss_from_outputs(outputs, inputs)
     if (settings.average_tokens_across_devices and settings.counts_items()

@@ -8,7 +8,7 @@ generation (eval mode) are untouched, and the hook is removed when training ends
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -32,7 +32,7 @@ def neftune_forward_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -
     if not module.training:
         return output
     dims = output.size(1) * output.size(2)
-    magnitude = module.neftune_noise_alpha / math.sqrt(dims)
+    magnitude = cast(float, module.neftune_noise_alpha) / math.sqrt(dims)  # set by activate_neftune
     return output + torch.zeros_like(output).uniform_(-magnitude, magnitude)
 
 
@@ -41,5 +41,6 @@ def activate_neftune(model: nn.Module, noise_alpha: float) -> torch.utils.hooks.
     if noise_alpha is None or noise_alpha <= 0:
         raise ValueError(f"`neftune_noise_alpha` must be a positive number, got {noise_alpha!r}")
     embeddings = input_embeddings(model)
-    embeddings.neftune_noise_alpha = float(noise_alpha)
+    # torch's stubs type module attributes as Tensor | Module
+    cast(Any, embeddings).neftune_noise_alpha = float(noise_alpha)
     return embeddings.register_forward_hook(neftune_forward_hook)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -176,7 +176,8 @@ class Seq2SeqTrainer(Trainer):
             generated = self.model.generate(**generation_inputs, **gen_kwargs)
         config = getattr(self.model, "generation_config", None)
         if getattr(config, "_from_model_config", False):
-            config._from_model_config = False  # later saves keep the generation config, as in transformers
+            # later saves keep the generation config, as in transformers (config is set: the flag was read)
+            cast(Any, config)._from_model_config = False
         return generated
 
     def _generation_loss(self, model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
@@ -224,6 +225,7 @@ def _load_generation_config_file(path: str | Path) -> Any:
             "transformers: pip install 'hf-lightning[transformers]', or pass a GenerationConfig "
             "object"
         ) from error
+    location: str | Path
     location, file_name = Path(path), None
     if location.is_file():
         location, file_name = location.parent, location.name

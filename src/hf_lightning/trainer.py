@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -157,9 +157,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
 
         n_args = number_of_arguments(self.model_init)
         if n_args == 0:
-            model = self.model_init()
+            model = cast(Callable[..., nn.Module], self.model_init)()  # None fails in number_of_arguments
         elif n_args == 1:
-            model = self.model_init(trial)
+            model = cast(Callable[..., nn.Module], self.model_init)(trial)
         else:
             raise RuntimeError("model_init should have 0 or 1 argument.")
         if model is None:

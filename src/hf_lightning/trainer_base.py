@@ -11,6 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
+    from hf_lightning.trainer_utils_memory import TrainerMemoryTracker
+
 __all__ = ["TrainerBase"]
 
 
@@ -49,6 +54,12 @@ class TrainerBase:
     _initial_num_input_tokens_seen: int
     _train_batch_size: int
     _created_lr_scheduler: bool
+    _signature_columns: list[str] | None  # the model's forward arguments, found on first use
+    _memory_tracker: TrainerMemoryTracker
+    _neftune_handle: RemovableHandle | None
+    _resume_checkpoint: str | None  # set while resuming from a checkpoint
+    _resume_rng_pending: str | None  # 'epoch' or 'step': where the checkpoint's RNG state is restored
+    _resume_for_state: Any  # TrainerState of the run being resumed
 
     if TYPE_CHECKING:
         # Methods a mixin calls on another mixin (or on Trainer itself) resolve on the composed class.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -137,7 +137,7 @@ class TrainerEvalMixin(TrainerEvalLoopMixin, TrainerMetricsMixin):
         self.log(output.metrics)
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, output.metrics)
         self._memory_tracker.stop_and_update_metrics(output.metrics)
-        return output.metrics
+        return cast(dict[str, float], output.metrics)  # the evaluation loop always fills them
 
     def predict(
         self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"

@@ -105,7 +105,7 @@ class TrainLoopDriver:
         self._event("on_epoch_begin")
         self.trainer._on_resume_point("epoch", skipping=skipping)  # RNG restore (trainer_checkpoint)
         # Lightning counts the epochs of this fit only; a resumed run's data order needs the run's epoch.
-        loader = getattr(self.module.trainer, "train_dataloader", None)
+        loader: Any = getattr(self.module.trainer, "train_dataloader", None)
         if callable(getattr(loader, "set_epoch", None)):
             loader.set_epoch(self.epoch)
 

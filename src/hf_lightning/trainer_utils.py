@@ -18,7 +18,7 @@ import os
 import random
 import re
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -228,7 +228,8 @@ def default_compute_objective(metrics: dict[str, float]) -> float:
     metrics.pop("epoch", None)
     for name in [m for m in metrics if m.endswith("_runtime") or m.endswith("_per_second")]:
         metrics.pop(name)
-    return loss if len(metrics) == 0 else sum(metrics.values())
+    # transformers' annotation: the loss is None only when there are no metrics at all
+    return cast(float, loss) if len(metrics) == 0 else sum(metrics.values())
 
 
 # --- Introspection ---
@@ -261,7 +262,7 @@ def _train_sets_mode_only(cls: type) -> bool:
     """
     known = _MODE_ONLY_TRAIN.get(cls)
     if known is None:
-        train = cls.train
+        train = cast(Any, cls).train
         known = train is torch.nn.Module.train or (
             train.__qualname__ == "PreTrainedModel.train" and train.__module__.startswith("transformers."))
         _MODE_ONLY_TRAIN[cls] = known

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -71,6 +71,7 @@ class TrainerMemoryTracker:
     }
     #: Seconds between two reads of the resident set size while a stage runs.
     peak_poll_interval = 0.001
+    cpu_mem_used_peak: int  # set by start(), raised by the poller while a stage runs
 
     def __init__(self, skip_memory_metrics: bool = False):
         self.skip_memory_metrics = skip_memory_metrics
@@ -86,7 +87,7 @@ class TrainerMemoryTracker:
     def _resolve_stage(self, stage: str | None) -> str:
         """The stage for an explicit name, or for the method that called ``start``/``stop_and_update_metrics``."""
         if stage is None:
-            stage = inspect.currentframe().f_back.f_back.f_code.co_name
+            stage = cast(Any, inspect.currentframe()).f_back.f_back.f_code.co_name  # frames exist in CPython
         if stage in self.stages:
             return self.stages[stage]
         if stage in self.stages.values():

@@ -39,7 +39,16 @@ class SettersMixin:
     """Grouped setters: ``args.set_training(...).set_evaluate(...)``."""
 
     if TYPE_CHECKING:
-        # The fields come from the TrainingArguments dataclass this mixin is part of.
+        # The fields come from the TrainingArguments dataclass this mixin is part of; those set here with
+        # a type wider than the setter's parameter are declared with the dataclass's type.
+        activation_checkpointing: bool | None
+        gradient_checkpointing: bool | None
+        logging_steps: float
+        report_to: None | str | list[str]
+        eval_steps: float | None
+        save_steps: float
+        hub_model_id: str | None
+
         def __getattr__(self, name: str) -> Any: ...
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast, overload
 
 import torch
 from torch.optim import Optimizer
@@ -140,7 +140,7 @@ class Adafactor(Optimizer):
         return update.div_((_rms(update) / group["clip_threshold"]).clamp_(min=1.0))
 
     def _update_param(self, group: dict[str, Any], p: torch.Tensor) -> None:
-        grad = p.grad
+        grad = cast(torch.Tensor, p.grad)  # only called for parameters that have a gradient
         if grad.is_sparse:
             raise RuntimeError("Adafactor does not support sparse gradients.")
         if grad.dtype in _LOW_PRECISION:
@@ -159,6 +159,12 @@ class Adafactor(Optimizer):
         master.add_(-update)
         if p.dtype in _LOW_PRECISION:
             p.copy_(master)
+
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
@@ -188,8 +194,8 @@ class AdafactorSchedule(LambdaLR):
         for group in optimizer.param_groups:
             del group["initial_lr"]
 
-    def get_lr(self) -> list[float]:
-        opt = self.optimizer
+    def get_lr(self) -> list[float | torch.Tensor]:
+        opt = cast(Adafactor, self.optimizer)
         lrs = [
             opt._get_lr(group, opt.state[group["params"][0]])
             for group in opt.param_groups

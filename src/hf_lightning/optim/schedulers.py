@@ -12,7 +12,7 @@ import inspect
 import warnings
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
@@ -230,7 +230,8 @@ def get_wsd_schedule(
         )
     _check_wsd_shapes(warmup_type=warmup_type, decay_type=decay_type)
     if num_stable_steps is None:
-        num_stable_steps = num_training_steps - num_warmup_steps - num_decay_steps
+        # not None: one of the two is given (checked above)
+        num_stable_steps = cast(int, num_training_steps) - num_warmup_steps - num_decay_steps
     fn = partial(
         lam.wsd_lambda,
         num_warmup_steps=num_warmup_steps,
