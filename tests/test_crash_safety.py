@@ -14,7 +14,6 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.checkpoint import (
     INCOMPLETE_SENTINEL_NAME,
     CheckpointError,
@@ -23,7 +22,7 @@ from hf_lightning.checkpoint import (
 )
 from hf_lightning.checkpoint_io import safe_torch_load
 from hf_lightning.trainer_utils import get_last_checkpoint
-from tests.tiny import RegressionModel, regression_data
+from tests.tiny import RegressionModel, StopAt, regression_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,13 +54,6 @@ def make_trainer(output_dir: str, callbacks=None, processing_class=None, **kwarg
     )
 
 
-class StopAt(TrainerCallback):
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
 
 
 CHILD = """

@@ -22,8 +22,6 @@ micro-batch it pads. The test then checks that
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,9 +29,8 @@ import pytest
 import torch
 from torch import nn
 
+from tests._ddp import run_ranks
 from tests.tiny import tiny_gpt2
-
-ROOT = str(Path(__file__).resolve().parents[1])  # on the workers' PYTHONPATH, for `tests.tiny`
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
@@ -103,42 +100,11 @@ def train(strategy: str, out_dir: str, batch_size: int, ga: int) -> tuple[list[l
     return collator.batches, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Every strategy trained on 2 processes: per strategy, each rank's ``{"batches", "state"}``."""
     out = tmp_path_factory.mktemp("ddp_train")
-    port = str(_free_port())
-    procs = []
-    for rank in range(WORLD):
-        env = {
-            **os.environ,
-            "WORLD_SIZE": str(WORLD),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(WORLD),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-            "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, str(out)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = [proc.communicate(timeout=300)[0] for proc in procs]
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-4000:]}"
+    run_ranks(__file__, [str(out)], world=WORLD)
     return {
         s: [torch.load(out / f"{s}_rank{r}.pt", weights_only=True) for r in range(WORLD)] for s in STRATEGIES
     }

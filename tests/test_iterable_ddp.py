@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-ROOT = str(Path(__file__).resolve().parents[1])
+from tests._ddp import run_ranks
 
 pytestmark = [pytest.mark.ddp, pytest.mark.slow]
 
@@ -71,24 +69,8 @@ def train(lib_name: str, out_dir: str) -> dict:
             "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch(out: Path, lib_name: str) -> list[dict]:
-    port = str(_free_port())
-    procs = []
-    for rank in range(WORLD):
-        env = {**os.environ, "WORLD_SIZE": str(WORLD), "RANK": str(rank), "LOCAL_RANK": str(rank),
-               "LOCAL_WORLD_SIZE": str(WORLD), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-               "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-        procs.append(subprocess.Popen([sys.executable, __file__, str(out), lib_name], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = [proc.communicate(timeout=300)[0] for proc in procs]
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"{lib_name} rank {rank} failed:\n{logs[rank][-4000:]}"
+    run_ranks(__file__, [str(out), lib_name], world=WORLD)
     return [json.loads((out / f"{lib_name}_rank{rank}.json").read_text()) for rank in range(WORLD)]
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+
+from tests._ddp import run_ranks
 
 #: (dataset size, per-device eval batch size): sizes not divisible by the world size, a last partial
 #: batch, and a number of batches the ranks cannot share evenly.
@@ -129,38 +129,9 @@ def train_with_evaluation(out_dir: str) -> dict[str, np.ndarray]:
     return {"entries": np.array(entries), "seen": np.stack(seen)}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def launch(out: Path, mode: str) -> None:
     """Run this file as 2 processes (``mode``: predict or train) writing into ``out``."""
-    port = str(_free_port())
-    procs = []
-    for rank in range(2):
-        env = {
-            **os.environ,
-            "WORLD_SIZE": "2",
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": port,
-            "OMP_NUM_THREADS": "1",
-        }
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, __file__, str(out), mode],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    logs = [proc.communicate(timeout=240)[0] for proc in procs]
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{logs[rank][-4000:]}"
+    run_ranks(__file__, [str(out), mode], timeout=240)
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,7 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.callbacks import TrainerCallback
-from tests.tiny import causal_lm_data, tiny_gpt2
+from tests.tiny import StopAt, causal_lm_data, tiny_gpt2
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CASES = {  # name: (train_sampling_strategy, step at which the first process stops)
@@ -57,15 +56,6 @@ def pad_collator(features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
     return batch
 
 
-class StopAt(TrainerCallback):
-    """Stops training after ``step`` optimizer steps (the checkpoint of that step is saved first)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
 
 
 def make_trainer(output_dir: str, strategy: str, stop_at: int | None = None) -> hf_lightning.Trainer:

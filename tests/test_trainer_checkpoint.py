@@ -17,7 +17,7 @@ from hf_lightning.callbacks import ExportableState, TrainerCallback
 from hf_lightning.checkpoint import CheckpointError, load_model_weights, load_training_args
 from hf_lightning.optim import get_scheduler
 from hf_lightning.trainer_checkpoint import fast_forward_scheduler
-from tests.tiny import RegressionModel, regression_data
+from tests.tiny import RegressionModel, StopAt, regression_data
 
 BASE = dict(
     report_to="none",
@@ -47,15 +47,6 @@ def _checkpoints(folder) -> list[str]:
     )
 
 
-class StopAt(TrainerCallback):
-    """Stops training after ``step`` optimizer steps."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
 
 
 class Counter(TrainerCallback, ExportableState):

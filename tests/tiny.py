@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["HP_SEARCH_ARGS", "RegressionModel", "causal_lm_data", "regression_data", "tiny_gpt2", "tiny_llama"]
+from hf_lightning.callbacks import TrainerCallback
+
+__all__ = ["HP_SEARCH_ARGS", "RegressionModel", "StopAt", "causal_lm_data", "regression_data", "tiny_gpt2", "tiny_llama"]
 
 
 def tiny_gpt2(seed: int = 0, *, dropout: float = 0.1, fix_hf_count: bool = False) -> nn.Module:
@@ -71,3 +73,14 @@ def regression_data(n: int = 64, seed: int = 0) -> list[dict[str, torch.Tensor]]
 # TrainingArguments of the hyperparameter-search tests: one epoch of 4 steps, evaluated at its end.
 HP_SEARCH_ARGS = dict(per_device_train_batch_size=8, num_train_epochs=1, eval_strategy="epoch", save_strategy="no",
                       report_to="none", disable_tqdm=True, learning_rate=0.1, seed=0)
+
+
+class StopAt(TrainerCallback):
+    """Stops training after ``step`` optimizer steps (a checkpoint due at that step is saved first)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
