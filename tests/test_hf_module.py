@@ -114,3 +114,78 @@ def test_attribute_assignment_keeps_torch_semantics():
     assert module._modules["head"] is None
     module.automatic_optimization = True  # a Lightning property: its setter runs
     assert module.automatic_optimization is True
+
+
+class _BackwardCounter(L.Callback):
+    """A Lightning callback that listens to the backward hooks."""
+
+    def __init__(self) -> None:
+        self.before = self.after = 0
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        self.before += 1
+
+    def on_after_backward(self, trainer, pl_module) -> None:
+        self.after += 1
+
+
+def _fit_regression(tmp_path, callbacks=(), module_cls=HFModule, **trainer_kwargs):
+    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=0.05, gradient_accumulation_steps=3,
+                             max_steps=4, warmup_steps=1, lr_scheduler_type="linear")
+    loader = DataLoader(regression_data(48), batch_size=4, shuffle=False, collate_fn=default_data_collator)
+    module = module_cls(RegressionModel(), args)
+    trainer = _trainer(max_steps=4, callbacks=list(callbacks), **trainer_kwargs)
+    trainer.fit(module, train_dataloaders=AccumulationWindows(loader, 3))
+    return module
+
+
+def test_backward_hooks_run_when_something_listens_and_the_numbers_do_not_depend_on_it(tmp_path):
+    """With nothing listening, ``manual_backward`` goes straight to autograd; a Lightning callback or a
+    module that overrides a backward hook gets every call, and the trained weights are the same."""
+    direct = _fit_regression(tmp_path)
+    counter = _BackwardCounter()
+    hooked = _fit_regression(tmp_path, callbacks=[counter])
+    assert (counter.before, counter.after) == (12, 12)  # 4 updates x 3 micro-batches
+
+    class Module(HFModule):
+        calls = 0
+
+        def on_after_backward(self) -> None:
+            type(self).calls += 1
+
+    overriding = _fit_regression(tmp_path, module_cls=Module)
+    assert Module.calls == 12
+    for a, b, c in zip(direct.model.parameters(), hooked.model.parameters(), overriding.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
+
+
+def test_only_a_plain_setup_skips_lightnings_backward_path(tmp_path):
+    """32-bit precision on one device with the pass-through profiler and no listening hook: direct;
+    mixed precision or a profiler: Lightning's path (which scales, records, and calls the hooks)."""
+    direct = _fit_regression(tmp_path)
+    assert direct._plain_backward is not None and direct._plain_backward[1] is True
+    bf16 = _fit_regression(tmp_path, precision="bf16-mixed")
+    assert bf16._plain_backward is not None and bf16._plain_backward[1] is False
+    profiled = _fit_regression(tmp_path, profiler="simple")
+    assert profiled._plain_backward is not None and profiled._plain_backward[1] is False
+    listened = _fit_regression(tmp_path, callbacks=[_BackwardCounter()])
+    assert listened._plain_backward is not None and listened._plain_backward[1] is False
+
+
+def test_cpu_batches_are_left_to_the_driver_that_places_them():
+    """On the CPU, Lightning's transfer is skipped only when the driver moves each micro-batch itself
+    (``hf_lightning.Trainer._prepare_inputs``); a standalone module keeps Lightning's transfer."""
+    window = [{"x": torch.ones(2)}]
+
+    class Placing:
+        places_inputs = True
+
+        def bind(self, module) -> None: ...
+
+    cpu = torch.device("cpu")
+    assert HFModule(RegressionModel(), driver=Placing()).transfer_batch_to_device(window, cpu, 0) is window
+    moved = HFModule(RegressionModel()).transfer_batch_to_device(window, cpu, 0)
+    assert moved is not window and torch.equal(moved[0]["x"], window[0]["x"])
+    meta = HFModule(RegressionModel(), driver=Placing()).transfer_batch_to_device(window, torch.device("meta"), 0)
+    assert meta[0]["x"].device.type == "meta"  # any other device: Lightning moves the window

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -49,6 +50,9 @@ BRIDGED_EVENTS: dict[str, str] = {
 
 class TrainLoopDriver:
     """Drives ``HFModule`` for ``hf_lightning.Trainer``; one instance per ``train()`` call."""
+
+    places_inputs = True
+    """``Trainer._prepare_inputs`` puts each micro-batch on the device (as in transformers)."""
 
     def __init__(self, trainer: Any, *, steps_in_epoch: int, epochs_trained: int, trial: Any,
                  ignore_keys_for_eval: list[str] | None, steps_trained_in_current_epoch: int = 0) -> None:
@@ -121,7 +125,7 @@ class TrainLoopDriver:
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         t = self.trainer
         self.step += 1
-        if t.args.logging_nan_inf_filter and not torch.isfinite(loss):  # NaN or ±inf, one check
+        if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
             t._tr_loss += t._tr_loss / (1 + t.state.global_step - t._globalstep_last_logged)
         else:
             t._tr_loss += loss.to(t._tr_loss.device)
