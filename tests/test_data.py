@@ -252,3 +252,16 @@ def test_remove_columns_collator_filters_and_logs_once(caplog: pytest.LogCapture
         collator(features)
     assert sorted(batch) == ["input_ids", "labels"]
     assert len(caplog.records) == 1 and "text" in caplog.records[0].getMessage()
+
+
+def test_remove_columns_collator_hands_the_collator_copies() -> None:
+    """The wrapped collator gets new dicts, whether or not a column was dropped: a collator that
+    pops keys (as label-renaming ones do) leaves the dataset's rows intact."""
+
+    def popping_collator(features):
+        return {"label": [f.pop("label") for f in features]}
+
+    rows = [{"input_ids": [1], "label": 1}, {"input_ids": [2], "label": 0, "text": "t"}]
+    collator = RemoveColumnsCollator(popping_collator, ["input_ids", "label"])
+    assert collator(rows) == {"label": [1, 0]}
+    assert rows == [{"input_ids": [1], "label": 1}, {"input_ids": [2], "label": 0, "text": "t"}]

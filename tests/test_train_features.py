@@ -208,3 +208,15 @@ def test_every_callback_event_is_bridged():
 
     events = {name for name in dir(hf_lightning.TrainerCallback) if name.startswith("on_")}
     assert set(BRIDGED_EVENTS) == events
+
+
+def test_prepare_inputs_moves_mappings_that_are_not_dicts():
+    """A collator's ``BatchEncoding``-like mapping (a ``UserDict``) is moved to the device like a dict."""
+    from collections import UserDict
+
+    from hf_lightning.trainer import _to_device
+
+    batch = UserDict({"input_ids": torch.ones(2), "nested": [torch.zeros(1)]})
+    moved = _to_device(batch, torch.device("meta"))
+    assert type(moved) is UserDict
+    assert moved["input_ids"].device.type == "meta" and moved["nested"][0].device.type == "meta"

@@ -291,6 +291,7 @@ class RemoveColumnsCollator:
     ) -> None:
         self.data_collator = data_collator
         self.signature_columns = list(signature_columns)
+        self._keep = frozenset(self.signature_columns)
         self.logger = logger if logger is not None else logging.getLogger(__name__)
         self.model_name = model_name
         self.description = description
@@ -299,7 +300,9 @@ class RemoveColumnsCollator:
     def _remove_columns(self, feature: Any) -> Any:
         if not isinstance(feature, dict):
             return feature
-        keep = set(self.signature_columns)
+        keep = self._keep
+        if keep.issuperset(feature):  # nothing to drop: a shallow copy, as the general case makes
+            return dict(feature)
         if not self.message_logged:
             ignored = [key for key in feature if key not in keep]
             if ignored:

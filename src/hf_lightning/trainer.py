@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import torch
@@ -300,7 +300,7 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
 
 
 def _to_device(data: Any, device: torch.device) -> Any:
-    if isinstance(data, dict):
+    if isinstance(data, Mapping):  # dict, or a mapping such as BatchEncoding
         return type(data)({k: _to_device(v, device) for k, v in data.items()})
     if isinstance(data, (list, tuple)):
         return type(data)(_to_device(v, device) for v in data)
