@@ -5,14 +5,15 @@ Workloads (one thread, progress bars and saving off):
   W2  GPT-2: 4 layers, n_embd 256, seq 128, batch 8
 
 Every run is a fresh process (so one framework's process-wide settings, such as hf_lightning's
-allocator tuning, never help another's), interleaved over several rounds (the machine is noisy);
-each figure is the median over rounds of the per-run step time (the median step interval of the run)
-as a ratio to the raw loop of the same round, with the range over rounds beside it; the best-run
-ratio divides each framework's fastest run by the raw loop's fastest (the cost without interference,
-as timeit reports it). W2 runs a quarter of the steps (8 to 12). Start-up is process start to the end
-of the first optimizer step.
+allocator tuning, never help another's), interleaved over several rounds in a fresh random order
+each round (the machine is noisy); each figure is the median over rounds of the per-run step time
+(the median step interval of the run) as a ratio to the raw loop of the same round, with the range
+over rounds beside it; the best-run ratio divides each framework's fastest run by the raw loop's
+fastest (the cost without interference, as timeit reports it); "vs transformers" is the median over
+rounds of the run's step time over transformers.Trainer's of the same round. W2 runs a quarter of
+the steps (8 to 12). Start-up is process start to the end of the first optimizer step.
 
-    python benchmarks/bench_step.py [--rounds 7] [--steps 100] [--json runs.json]
+    python benchmarks/bench_step.py [--rounds 7] [--steps 200] [--seed 0] [--json runs.json]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -180,7 +182,8 @@ def _compile_bytecode() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks in each round")
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--json", help="also write every run's (s/step, start-up) here")
     parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "WORKLOAD", "STEPS"), help=argparse.SUPPRESS)
@@ -189,25 +192,28 @@ def main() -> None:
         run_one(cli.one[0], cli.one[1], int(cli.one[2]))
         return
     _compile_bytecode()
+    order = random.Random(cli.seed)
     print("| workload | framework | s/step (median) | ratio to raw (median of rounds) | ratio range "
-          "| best-run ratio | start-up s |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+          "| best-run ratio | vs transformers (median of rounds) | start-up s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     record = {}
     for name in cli.workloads:
         steps = cli.steps if name.startswith("W1") else min(max(cli.steps // 4, 8), 12)
-        results = {k: [] for k in RUNNERS}
+        results: dict[str, list[tuple[float, float]]] = {k: [] for k in RUNNERS}
         for _ in range(cli.rounds):
-            for fw in RUNNERS:
+            for fw in order.sample(list(RUNNERS), len(RUNNERS)):  # no framework always runs first
                 results[fw].append(spawn(fw, name, steps))
         record[name] = results
         raw = [s for s, _ in results["raw torch"]]
+        hf = [s for s, _ in results["transformers.Trainer"]]
         for fw, values in results.items():
             ratios = [s / r for (s, _), r in zip(values, raw)]
+            vs_hf = statistics.median(s / h for (s, _), h in zip(values, hf))
             med = statistics.median(s for s, _ in values)
             best = min(s for s, _ in values) / min(raw)
             startup = statistics.median(t for _, t in values)
             print(f"| {name} | {fw} | {med:.4f} | {statistics.median(ratios):.3f} | "
-                  f"{min(ratios):.2f}–{max(ratios):.2f} | {best:.3f} | {startup:.2f} |", flush=True)
+                  f"{min(ratios):.2f}–{max(ratios):.2f} | {best:.3f} | {vs_hf:.3f} | {startup:.2f} |", flush=True)
     if cli.json:
         with open(cli.json, "w") as f:
             json.dump(record, f, indent=1)
