@@ -301,7 +301,7 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
 
 def _to_device(data: Any, device: torch.device) -> Any:
     if isinstance(data, Mapping):  # dict, or a mapping such as BatchEncoding
-        return type(data)({k: _to_device(v, device) for k, v in data.items()})
+        return cast(Any, type(data))({k: _to_device(v, device) for k, v in data.items()})
     if isinstance(data, (list, tuple)):
         return type(data)(_to_device(v, device) for v in data)
     if isinstance(data, torch.Tensor) and data.device != device:
