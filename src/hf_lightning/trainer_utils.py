@@ -276,10 +276,17 @@ def ensure_training_mode(model: torch.nn.Module) -> None:
     and sets a flag on every submodule (~150 us on a small GPT-2). Reading the flags is a few times
     cheaper, and a submodule left in eval mode (or a custom ``train``) still gets the real call.
     """
-    for module in model.modules():
-        if not module.training or not _train_sets_mode_only(type(module)):
+    # A plain walk over ``_modules``: ``model.modules()`` builds every submodule's dotted name.
+    stack: list[Any] = [model]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        module = pop()
+        if module is None:  # a registered ``None`` submodule
+            continue
+        if not module.training or not (_MODE_ONLY_TRAIN.get(type(module)) or _train_sets_mode_only(type(module))):
             model.train()
             return
+        push(module._modules.values())
 
 
 def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) -> int:

@@ -70,3 +70,18 @@ def test_an_eval_submodule_of_a_training_model_is_not_skipped():
     assert model.training and not model[1][0].training
     ensure_training_mode(model)
     assert all(m.training for m in model.modules())
+
+
+def test_registered_none_and_shared_submodules_are_walked():
+    """A ``None`` slot is skipped; a module shared by two parents is checked (and switched) too."""
+    from hf_lightning.trainer_utils import ensure_training_mode
+
+    shared = nn.Dropout(0.5)
+    model = nn.Module()
+    model.register_module("missing", None)
+    model.a = nn.Sequential(shared)
+    model.b = nn.Sequential(nn.Linear(2, 2), shared)
+    ensure_training_mode(model)  # nothing to do, no error on the None slot
+    shared.eval()
+    ensure_training_mode(model)
+    assert all(m.training for m in model.modules())
