@@ -4,16 +4,21 @@ Workloads (one thread, progress bars and saving off):
   W1  tiny GPT-2: 2 layers, n_embd 64, seq 32, batch 8 (GA 1 and GA 4)
   W2  GPT-2: 4 layers, n_embd 256, seq 128, batch 8
 
-Every run is a fresh process (so one framework's process-wide settings, such as hf_lightning's
-allocator tuning, never help another's), interleaved over several rounds in a fresh random order
-each round (the machine is noisy); each figure is the median over rounds of the per-run step time
-(the median step interval of the run) as a ratio to the raw loop of the same round, with the range
-over rounds beside it; the best-run ratio divides each framework's fastest run by the raw loop's
-fastest (the cost without interference, as timeit reports it); "vs transformers" is the median over
-rounds of the run's step time over transformers.Trainer's of the same round. W2 runs a quarter of
-the steps (8 to 12). Start-up is process start to the end of the first optimizer step.
+Each framework trains in a process of its own (so one framework's process-wide settings, such as
+hf_lightning's allocator tuning, never help another's). The machine's speed drifts by tens of percent
+within seconds, so the processes take turns: in every *cycle* each process, in a fresh random order,
+runs one block of steps (``--block``) while the others wait, paused between two
+optimizer steps. A block's time is the median step interval within it; the frameworks' blocks of one
+cycle run within a second of each other (W2: a few seconds; half the block, a third of the cycles),
+and their ratios are the paired figures:
 
-    python benchmarks/bench_step.py [--rounds 7] [--steps 200] [--seed 0] [--json runs.json]
+- ratio to raw: median over all cycles of (framework block / raw-loop block of the same cycle), with
+  the 10th-90th percentile range of those ratios;
+- vs transformers: median over cycles of (framework block / transformers.Trainer block), and the
+  share of cycles in which the framework's block was faster than transformers';
+- start-up: process start to the end of the first optimizer step, each process started alone.
+
+    python benchmarks/bench_step.py [--rounds 3] [--cycles 60] [--block 5] [--seed 0] [--json runs.json]
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -36,6 +42,8 @@ WORKLOADS = {
     "W1 GA4": dict(n_layer=2, n_embd=64, seq=32, batch=8, ga=4),
     "W2": dict(n_layer=4, n_embd=256, seq=128, batch=8, ga=1),
 }
+WARMUP_STEPS = 3
+MARK = "@@bench "
 
 
 def make_model(w):
@@ -54,24 +62,56 @@ def make_data(w, n_steps):
     return [{"input_ids": r, "labels": r.clone()} for r in ids]
 
 
-def per_step(times):
-    """Seconds per step, and the absolute end time of the first step.
+class Pacer:
+    """The child's side of the turn-taking: call ``step_end()`` at the end of every optimizer step.
 
-    The median of the step-to-step intervals after two warm-up steps: on a shared machine a step is
-    now and then stalled by another process for several times its length, and a mean would charge
-    those stalls to whichever framework happened to be running.
+    After the warm-up steps it reports the end time of the first step and waits for its turn; each turn
+    runs ``block`` steps and reports their median step interval (the first interval starts when the
+    turn is given), then waits again. Messages go to stdout behind ``MARK``; turns come on stdin.
     """
-    return statistics.median(b - a for a, b in zip(times[1:], times[2:])), times[0]
+
+    def __init__(self, block: int, blocks: int) -> None:
+        self.block, self.blocks = block, blocks
+        self.count = 0
+        self.first_step_end = 0.0
+        self.times: list[float] = []
+        self.done_blocks = 0
+
+    @property
+    def total_steps(self) -> int:
+        return WARMUP_STEPS + self.block * self.blocks
+
+    def _send(self, **msg: float) -> None:
+        sys.stdout.write(MARK + json.dumps(msg) + "\n")
+        sys.stdout.flush()
+
+    def _wait_turn(self) -> None:
+        sys.stdin.readline()
+        self.times = [time.perf_counter()]
+
+    def step_end(self) -> None:
+        now = time.perf_counter()
+        self.count += 1
+        if self.count == 1:
+            self.first_step_end = time.time()
+        if self.count == WARMUP_STEPS:
+            self._send(first_step_end=self.first_step_end)
+            self._wait_turn()
+        elif self.count > WARMUP_STEPS:
+            self.times.append(now)
+            if len(self.times) == self.block + 1:
+                self.done_blocks += 1
+                self._send(step=statistics.median(b - a for a, b in zip(self.times, self.times[1:])))
+                if self.done_blocks < self.blocks:
+                    self._wait_turn()
 
 
-def run_raw(w, steps):
+def run_raw(w, pacer):
     model = make_model(w)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # the Trainers' default optim
-    data = make_data(w, steps)
-    loader = torch.utils.data.DataLoader(data, batch_size=w["batch"], shuffle=True)
-    times = []
+    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
     it = iter(loader)
-    for _ in range(steps):
+    for _ in range(pacer.total_steps):
         batches = [next(it) for _ in range(w["ga"])]
         n_items = sum((b["labels"][:, 1:] != -100).sum() for b in batches)
         for b in batches:
@@ -80,42 +120,37 @@ def run_raw(w, steps):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad()
-        times.append(time.time())
-    return per_step(times)
+        pacer.step_end()
 
 
-def _hf_style(lib, w, steps):
-    times = []
-
-    class Clock(lib.TrainerCallback):
+def _hf_style(lib, w, pacer):
+    class Pace(lib.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            times.append(time.time())
+            pacer.step_end()
 
-    args = lib.TrainingArguments(output_dir="/tmp/bench_step", per_device_train_batch_size=w["batch"],
-                                 gradient_accumulation_steps=w["ga"], max_steps=steps, learning_rate=1e-3,
-                                 logging_steps=10_000, save_strategy="no", report_to="none", disable_tqdm=True,
-                                 use_cpu=True, lr_scheduler_type="constant")
-    trainer = lib.Trainer(model=make_model(w), args=args, train_dataset=make_data(w, steps), callbacks=[Clock()])
+    steps = pacer.total_steps
+    args = lib.TrainingArguments(output_dir=tempfile.mkdtemp(prefix="bench_step_"),
+                                 per_device_train_batch_size=w["batch"], gradient_accumulation_steps=w["ga"],
+                                 max_steps=steps, learning_rate=1e-3, logging_steps=10_000, save_strategy="no",
+                                 report_to="none", disable_tqdm=True, use_cpu=True, lr_scheduler_type="constant")
+    trainer = lib.Trainer(model=make_model(w), args=args, train_dataset=make_data(w, steps), callbacks=[Pace()])
     trainer.train()
-    return per_step(times)
 
 
-def run_transformers(w, steps):
+def run_transformers(w, pacer):
     import transformers
 
-    return _hf_style(transformers, w, steps)
+    _hf_style(transformers, w, pacer)
 
 
-def run_ours(w, steps):
+def run_ours(w, pacer):
     import hf_lightning
 
-    return _hf_style(hf_lightning, w, steps)
+    _hf_style(hf_lightning, w, pacer)
 
 
-def run_lightning(w, steps):
+def run_lightning(w, pacer):
     import lightning as L
-
-    times = []
 
     class Plain(L.LightningModule):
         def __init__(self):
@@ -127,40 +162,100 @@ def run_lightning(w, steps):
 
         def on_train_batch_end(self, *a):
             if self.trainer.fit_loop._should_accumulate() is False:
-                times.append(time.time())
+                pacer.step_end()
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
 
-    loader = torch.utils.data.DataLoader(make_data(w, steps), batch_size=w["batch"], shuffle=True)
-    trainer = L.Trainer(max_steps=steps, accumulate_grad_batches=w["ga"], gradient_clip_val=1.0, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu")
+    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
+    trainer = L.Trainer(max_steps=pacer.total_steps, accumulate_grad_batches=w["ga"], gradient_clip_val=1.0,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu")
     trainer.fit(Plain(), loader)
-    return per_step(times)
 
 
 RUNNERS = {"raw torch": run_raw, "plain Lightning": run_lightning, "transformers.Trainer": run_transformers,
            "hf_lightning.Trainer": run_ours}
 
 
-def run_one(framework: str, workload: str, steps: int) -> None:
-    """Child process: one run, printed as JSON."""
+def serve(framework: str, workload: str, block: int, blocks: int) -> None:
+    """Child process: train with turns taken from stdin."""
     import logging
     import warnings
 
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
-    step, first_step_end = RUNNERS[framework](WORKLOADS[workload], steps)
-    print(json.dumps({"step": step, "first_step_end": first_step_end}))
+    RUNNERS[framework](WORKLOADS[workload], Pacer(block, blocks))
 
 
-def spawn(framework: str, workload: str, steps: int) -> tuple[float, float]:
-    started = time.time()
-    out = subprocess.run([sys.executable, __file__, "--one", framework, workload, str(steps)],
-                         capture_output=True, text=True, check=True, env={**os.environ, "TQDM_DISABLE": "1"})
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["step"], result["first_step_end"] - started
+class Child:
+    """One framework's process, seen from the parent."""
+
+    def __init__(self, framework: str, workload: str, block: int, blocks: int) -> None:
+        self.framework = framework
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.started = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", framework, workload, str(block), str(blocks)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            env={**os.environ, "TQDM_DISABLE": "1"})
+
+    def read(self) -> dict[str, float]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK):])
+        self.stderr.seek(0)
+        raise RuntimeError(f"{self.framework} exited early:\n{self.stderr.read()[-4000:]}")
+
+    def turn(self) -> float:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self.read()["step"]
+
+    def finish(self) -> None:
+        if self.proc.wait(timeout=600) != 0:
+            self.stderr.seek(0)
+            raise RuntimeError(f"{self.framework} failed:\n{self.stderr.read()[-4000:]}")
+
+
+def run_round(workload: str, block: int, cycles: int, order: random.Random) -> dict[str, dict]:
+    """Start the frameworks one after another, then let them take turns for ``cycles`` cycles."""
+    children, startup = {}, {}
+    for fw in order.sample(list(RUNNERS), len(RUNNERS)):
+        child = Child(fw, workload, block, cycles)
+        startup[fw] = child.read()["first_step_end"] - child.started
+        children[fw] = child
+    steps: dict[str, list[float]] = {fw: [] for fw in RUNNERS}
+    for cycle in range(cycles):
+        for fw in order.sample(list(RUNNERS), len(RUNNERS)):
+            steps[fw].append(children[fw].turn())
+            if cycle == cycles - 1:  # its last turn: let it exit before the next one runs
+                children[fw].finish()
+    return {fw: {"startup": startup[fw], "steps": steps[fw]} for fw in RUNNERS}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def summarize(name: str, rounds: list[dict[str, dict]]) -> list[str]:
+    """Table rows for one workload from every round's paired blocks."""
+    rows = []
+    for fw in RUNNERS:
+        mine = [s for r in rounds for s in r[fw]["steps"]]
+        raw = [s for r in rounds for s in r["raw torch"]["steps"]]
+        hf = [s for r in rounds for s in r["transformers.Trainer"]["steps"]]
+        ratios = [a / b for a, b in zip(mine, raw)]
+        vs_hf = [a / b for a, b in zip(mine, hf)]
+        faster = sum(a < b for a, b in zip(mine, hf)) / len(mine)
+        startup = statistics.median(r[fw]["startup"] for r in rounds)
+        rows.append(f"| {name} | {fw} | {statistics.median(mine):.4f} | {statistics.median(ratios):.3f} | "
+                    f"{_percentile(ratios, 0.1):.2f}–{_percentile(ratios, 0.9):.2f} | "
+                    f"{statistics.median(vs_hf):.3f} | {100 * faster:.0f} % | {startup:.2f} |")
+    return rows
 
 
 def _compile_bytecode() -> None:
@@ -181,39 +276,30 @@ def _compile_bytecode() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks in each round")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per framework and workload")
+    parser.add_argument("--cycles", type=int, default=60, help="turns per process in a round (W2: a third)")
+    parser.add_argument("--block", type=int, default=5, help="optimizer steps per turn (W2: half, at least 2)")
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
-    parser.add_argument("--json", help="also write every run's (s/step, start-up) here")
-    parser.add_argument("--one", nargs=3, metavar=("FRAMEWORK", "WORKLOAD", "STEPS"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks")
+    parser.add_argument("--json", help="also write every block's s/step and every start-up here")
+    parser.add_argument("--serve", nargs=4, metavar=("FRAMEWORK", "WORKLOAD", "BLOCK", "BLOCKS"),
+                        help=argparse.SUPPRESS)
     cli = parser.parse_args()
-    if cli.one:
-        run_one(cli.one[0], cli.one[1], int(cli.one[2]))
+    if cli.serve:
+        serve(cli.serve[0], cli.serve[1], int(cli.serve[2]), int(cli.serve[3]))
         return
     _compile_bytecode()
     order = random.Random(cli.seed)
-    print("| workload | framework | s/step (median) | ratio to raw (median of rounds) | ratio range "
-          "| best-run ratio | vs transformers (median of rounds) | start-up s |")
+    print("| workload | framework | s/step (median) | ratio to raw (median of cycles) | ratio p10–p90 "
+          "| vs transformers (median of cycles) | cycles faster than transformers | start-up s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     record = {}
     for name in cli.workloads:
-        steps = cli.steps if name.startswith("W1") else min(max(cli.steps // 4, 8), 12)
-        results: dict[str, list[tuple[float, float]]] = {k: [] for k in RUNNERS}
-        for _ in range(cli.rounds):
-            for fw in order.sample(list(RUNNERS), len(RUNNERS)):  # no framework always runs first
-                results[fw].append(spawn(fw, name, steps))
-        record[name] = results
-        raw = [s for s, _ in results["raw torch"]]
-        hf = [s for s, _ in results["transformers.Trainer"]]
-        for fw, values in results.items():
-            ratios = [s / r for (s, _), r in zip(values, raw)]
-            vs_hf = statistics.median(s / h for (s, _), h in zip(values, hf))
-            med = statistics.median(s for s, _ in values)
-            best = min(s for s, _ in values) / min(raw)
-            startup = statistics.median(t for _, t in values)
-            print(f"| {name} | {fw} | {med:.4f} | {statistics.median(ratios):.3f} | "
-                  f"{min(ratios):.2f}–{max(ratios):.2f} | {best:.3f} | {vs_hf:.3f} | {startup:.2f} |", flush=True)
+        w1 = name.startswith("W1")
+        block, cycles = (cli.block, cli.cycles) if w1 else (max(cli.block // 2, 2), max(cli.cycles // 3, 5))
+        record[name] = [run_round(name, block, cycles, order) for _ in range(cli.rounds)]
+        for row in summarize(name, record[name]):
+            print(row, flush=True)
     if cli.json:
         with open(cli.json, "w") as f:
             json.dump(record, f, indent=1)
