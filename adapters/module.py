@@ -107,7 +107,7 @@ class HFModule(L.LightningModule):
         self.last_grad_norm: float | None = None
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
-        self._plain_backward: tuple[Any, bool] | None = None
+        self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
@@ -137,6 +137,7 @@ class HFModule(L.LightningModule):
 
     # --- Lightning hooks -------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        self._plain_backward = None
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
 
         self.train_model = self.model
@@ -220,13 +221,16 @@ class HFModule(L.LightningModule):
             super().manual_backward(loss, *args, **kwargs)
 
     def _backward_is_plain(self) -> bool:
-        trainer = self._trainer
-        cached = self._plain_backward
-        if cached is not None and cached[0] is trainer:
-            return cached[1]
-        plain = trainer is not None and _plain_backward_setup(self, trainer)
-        self._plain_backward = (trainer, plain)
+        plain = self._plain_backward
+        if plain is None:
+            trainer = self._trainer
+            if trainer is None:
+                return False  # Lightning's path raises its own error
+            plain = self._plain_backward = _plain_backward_setup(self, trainer)
         return plain
+
+    def teardown(self, stage: str) -> None:
+        self._plain_backward = None  # the next fit (another trainer, other callbacks) decides again
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Lightning's transfer, skipped on the CPU when the driver places each micro-batch itself.

@@ -129,6 +129,16 @@ class _BackwardCounter(L.Callback):
         self.after += 1
 
 
+class _PathSeen(L.Callback):
+    """Records, at the end of each training batch, whether the module took the direct backward."""
+
+    def __init__(self) -> None:
+        self.seen: set[bool | None] = set()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.seen.add(pl_module._plain_backward)
+
+
 def _fit_regression(tmp_path, callbacks=(), module_cls=HFModule, **trainer_kwargs):
     args = TrainingArguments(output_dir=str(tmp_path), learning_rate=0.05, gradient_accumulation_steps=3,
                              max_steps=4, warmup_steps=1, lr_scheduler_type="linear")
@@ -162,15 +172,16 @@ def test_backward_hooks_run_when_something_listens_and_the_numbers_do_not_depend
 
 def test_only_a_plain_setup_skips_lightnings_backward_path(tmp_path):
     """32-bit precision on one device with the pass-through profiler and no listening hook: direct;
-    mixed precision or a profiler: Lightning's path (which scales, records, and calls the hooks)."""
-    direct = _fit_regression(tmp_path)
-    assert direct._plain_backward is not None and direct._plain_backward[1] is True
-    bf16 = _fit_regression(tmp_path, precision="bf16-mixed")
-    assert bf16._plain_backward is not None and bf16._plain_backward[1] is False
-    profiled = _fit_regression(tmp_path, profiler="simple")
-    assert profiled._plain_backward is not None and profiled._plain_backward[1] is False
-    listened = _fit_regression(tmp_path, callbacks=[_BackwardCounter()])
-    assert listened._plain_backward is not None and listened._plain_backward[1] is False
+    mixed precision, a profiler or a listening callback: Lightning's path (which scales, records, and
+    calls the hooks). The decision is made per fit and forgotten after it."""
+    cases = [({}, True), ({"precision": "bf16-mixed"}, False), ({"profiler": "simple"}, False),
+             ({"callbacks": [_BackwardCounter()]}, False)]
+    for kwargs, expected in cases:
+        seen = _PathSeen()
+        kwargs = dict(kwargs)
+        module = _fit_regression(tmp_path, callbacks=[seen, *kwargs.pop("callbacks", [])], **kwargs)
+        assert seen.seen == {expected}, kwargs
+        assert module._plain_backward is None
 
 
 def test_cpu_batches_are_left_to_the_driver_that_places_them():
