@@ -56,6 +56,8 @@ def _quiet_lightning(level: int) -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
+            warnings.filterwarnings("ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*")
             yield
     finally:
         for lg, lvl in zip(loggers, previous):

@@ -10,6 +10,8 @@ transformers' semantics under a plain ``lightning.Trainer``:
   backward, and ``trainer.global_step`` counts optimizer updates.
 - ``max_grad_norm`` clipping after mixed-precision unscaling, with the pre-clip norm kept as
   ``grad_norm``; the learning-rate scheduler steps once per optimizer update.
+- Validation and test batches log the model's loss as ``eval_loss`` / ``test_loss`` (mean over
+  samples, as ``Trainer.evaluate``).
 - What happens around each step (HF callback events, ``log_history``) is the job of a *driver*:
   ``hf_lightning.Trainer`` passes its own; alone, ``StandaloneDriver`` logs the loss to Lightning.
 """
@@ -242,6 +244,30 @@ class HFModule(L.LightningModule):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """The model's loss on a validation batch, logged as ``eval_loss`` (its name in transformers).
+
+        As in ``Trainer.evaluate``, the epoch's value is the mean over samples: each batch's loss
+        weighs by its number of rows, and ranks are averaged.
+        """
+        return self._log_eval_loss("eval_loss", batch)
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        """As ``validation_step``, logged as ``test_loss`` (transformers' ``predict`` prefix)."""
+        return self._log_eval_loss("test_loss", batch)
+
+    def _log_eval_loss(self, name: str, batch: Any) -> torch.Tensor:
+        window = self._as_window(batch) if not isinstance(batch, Mapping) else [batch]
+        losses, rows = [], []
+        for inputs in window:
+            losses.append(compute_model_loss(self.model, inputs, self.loss_settings).detach().float())
+            rows.append(_batch_rows(inputs))
+        weights = torch.tensor(rows, dtype=torch.float32, device=losses[0].device)
+        loss = (torch.stack(losses) * weights).sum() / weights.sum()
+        self.log(name, loss, on_step=False, on_epoch=True, batch_size=int(sum(rows)),
+                 sync_dist=self.trainer.world_size > 1)
+        return loss
+
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.args.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
@@ -309,6 +335,14 @@ class HFModule(L.LightningModule):
 # Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);
 # computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).
 HFModule.training_step.__signature__ = inspect.signature(HFModule.training_step)  # type: ignore[attr-defined]
+
+def _batch_rows(inputs: Mapping[str, Any]) -> int:
+    """The number of samples in a batch: the first dimension of its first tensor (1 if none)."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    return 1
+
 
 _BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
 

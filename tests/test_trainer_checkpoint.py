@@ -486,3 +486,33 @@ def test_a_stale_resume_does_not_leak_into_the_next_run(tmp_path):
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert losses == [h["loss"] for h in straight.state.log_history if "loss" in h]
+
+
+def test_hf_checkpoint_best_on_hf_module_eval_loss(tmp_path):
+    """HFModule logs ``eval_loss`` during a plain Lightning fit, so ``HFCheckpoint(save_strategy="best",
+    monitor="eval_loss")`` works without a custom validation_step; the best checkpoint has the lowest."""
+    from torch.utils.data import DataLoader
+
+    from hf_lightning import default_data_collator
+    from hf_lightning.adapters import AccumulationWindows, HFModule
+    from tests.tiny import RegressionModel, regression_data
+
+    seen: list[float] = []
+
+    class Record(L.Callback):
+        def on_validation_end(self, trainer, pl_module) -> None:
+            seen.append(float(trainer.callback_metrics["eval_loss"]))
+
+    callback = HFCheckpoint(tmp_path, save_strategy="best", monitor="eval_loss")
+    args = hf_lightning.TrainingArguments(str(tmp_path / "args"), learning_rate=0.05)
+    train = DataLoader(regression_data(32), batch_size=4, collate_fn=default_data_collator)
+    val = DataLoader(regression_data(10, seed=1), batch_size=4, collate_fn=default_data_collator)
+    trainer = L.Trainer(max_steps=8, val_check_interval=2, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[Record(), callback], accelerator="cpu")
+    trainer.fit(HFModule(RegressionModel(), args), AccumulationWindows(train, 1), val)
+    assert len(seen) == 4
+    best = 2 * (seen.index(min(seen)) + 1)
+    assert callback.best_model_checkpoint == str(tmp_path / f"checkpoint-{best}")
+    state = json.loads((tmp_path / f"checkpoint-{best}" / "trainer_state.json").read_text())
+    assert state["best_metric"] == pytest.approx(min(seen))

@@ -276,3 +276,21 @@ def test_early_stopping_matches(tmp_path):
         results[name] = run(trainer)
     assert results["ours"] == results["theirs"]
     assert results["ours"][0] < 30
+
+
+def test_hf_module_validation_and_test_loss_equal_transformers_eval_loss(tmp_path):
+    """A plain lightning.Trainer validating or testing an HFModule logs ``eval_loss`` / ``test_loss``:
+    transformers' eval_loss (mean over samples, here with a final partial batch of 2 of 10)."""
+    import lightning as L
+
+    from hf_lightning.adapters import HFModule
+
+    data = make_data(10)
+    theirs = make_trainer("theirs", tmp_path, compute_metrics=None).evaluate(data)["eval_loss"]
+    loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=collate)
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    module = HFModule(gpt2(), hf_lightning.TrainingArguments(str(tmp_path / "lit")))
+    (validated,) = trainer.validate(module, loader, verbose=False)
+    (tested,) = trainer.test(module, loader, verbose=False)
+    assert validated["eval_loss"] == pytest.approx(theirs, rel=1e-5)
+    assert tested["test_loss"] == pytest.approx(theirs, rel=1e-5)
