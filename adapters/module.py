@@ -248,7 +248,7 @@ class HFModule(L.LightningModule):
         """The model's loss on a validation batch, logged as ``eval_loss`` (its name in transformers).
 
         As in ``Trainer.evaluate``, the epoch's value is the mean over samples: each batch's loss
-        weighs by its number of rows, and ranks are averaged.
+        weighs by its number of rows, over every rank's batches under DDP.
         """
         return self._log_eval_loss("eval_loss", batch)
 
