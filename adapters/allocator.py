@@ -26,7 +26,11 @@ def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
     """Tune glibc's malloc (once per process); returns whether the tuning is in effect."""
     global _done
     settings: Mapping[str, str] = os.environ if env is None else env
-    if _done or settings.get("HF_LIGHTNING_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+    if (
+        _done
+        or settings.get("HF_LIGHTNING_MALLOC_TUNING", "1") == "0"
+        or not sys.platform.startswith("linux")
+    ):
         return _done
     name = ctypes.util.find_library("c")
     try:

@@ -123,7 +123,9 @@ _TABLE: dict[str, ArgumentRow] = {
             "torch_empty_cache_steps": "HFModule (empties the accelerator cache every N steps)",
         },
     ),
-    "auto_find_batch_size": ArgumentRow("Trainer facade (train() retries with 90% of the batch size on out-of-memory)"),
+    "auto_find_batch_size": ArgumentRow(
+        "Trainer facade (train() retries with 90% of the batch size on out-of-memory)"
+    ),
     **_rows(
         SUPPORTED,
         {

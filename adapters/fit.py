@@ -57,7 +57,9 @@ def _quiet_lightning(level: int) -> Iterator[None]:
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*LeafSpec.*")
             # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
-            warnings.filterwarnings("ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*")
+            warnings.filterwarnings(
+                "ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*"
+            )
             yield
     finally:
         for lg, lvl in zip(loggers, previous):
@@ -67,8 +69,12 @@ def _quiet_lightning(level: int) -> Iterator[None]:
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
     facade, args = request.trainer, request.trainer.args
-    plan = to_lightning(args, env=dict(os.environ), cuda_available=torch.cuda.is_available(),
-                        num_update_steps_per_epoch=request.num_update_steps_per_epoch)
+    plan = to_lightning(
+        args,
+        env=dict(os.environ),
+        cuda_available=torch.cuda.is_available(),
+        num_update_steps_per_epoch=request.num_update_steps_per_epoch,
+    )
     kwargs = dict(plan.trainer_kwargs)
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)
@@ -76,21 +82,29 @@ def run_fit(request: FitRequest) -> HFModule:
     kwargs["enable_progress_bar"] = False  # HF's ProgressCallback draws the bar
     kwargs["logger"] = False  # loggers receive HF logs through on_log
     kwargs["limit_val_batches"] = 0
-    module = HFModule(facade.model, args, driver=request.driver,
-                      optimizers=(facade.optimizer, facade.lr_scheduler),
-                      shift_labels=getattr(facade, "loss_shifts_labels", None),
-                      compute_loss_func=facade.compute_loss_func)
+    module = HFModule(
+        facade.model,
+        args,
+        driver=request.driver,
+        optimizers=(facade.optimizer, facade.lr_scheduler),
+        shift_labels=getattr(facade, "loss_shifts_labels", None),
+        compute_loss_func=facade.compute_loss_func,
+    )
     loggers = list(plan.loggers)
     loggers_callback = LightningLoggersCallback(loggers) if loggers else None
     if loggers_callback is not None:
         facade.callback_handler.add_callback(loggers_callback)
     facade.accelerator.bind(module)
-    windows = AccumulationWindows(request.dataloader, args.gradient_accumulation_steps,
-                                  skip_windows=request.skip_windows)
+    windows = AccumulationWindows(
+        request.dataloader, args.gradient_accumulation_steps, skip_windows=request.skip_windows
+    )
     if args.enable_jit_checkpoint:  # owns SIGTERM while fitting (adapters/callbacks/jit_checkpoint.py)
         from hf_lightning.adapters.callbacks.jit_checkpoint import jit_checkpoint_for
 
-        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), jit_checkpoint_for(facade, request.driver.trial)]
+        kwargs["callbacks"] = [
+            *(kwargs.get("callbacks") or []),
+            jit_checkpoint_for(facade, request.driver.trial),
+        ]
     retain_freed_memory()
     world_size = os.environ.get("WORLD_SIZE")
     try:

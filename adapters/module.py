@@ -46,7 +46,9 @@ class StandaloneDriver:
     def bind(self, module: HFModule) -> None:
         self.module = module
 
-    def training_step(self, model: nn.Module, inputs: Mapping[str, Any], num_items_in_batch: Any) -> torch.Tensor:
+    def training_step(
+        self, model: nn.Module, inputs: Mapping[str, Any], num_items_in_batch: Any
+    ) -> torch.Tensor:
         module = self.module
         loss = compute_model_loss(model, inputs, module.loss_settings, num_items_in_batch=num_items_in_batch)
         if not module.loss_settings.loss_is_scaled_for_ga(num_items_in_batch):
@@ -92,9 +94,16 @@ class HFModule(L.LightningModule):
             model's own loss.
     """
 
-    def __init__(self, model: nn.Module, args: TrainingArguments | None = None, *, driver: Any = None,
-                 optimizers: tuple[Any, Any] = (None, None), shift_labels: bool | None = None,
-                 compute_loss_func: Any = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        args: TrainingArguments | None = None,
+        *,
+        driver: Any = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        shift_labels: bool | None = None,
+        compute_loss_func: Any = None,
+    ) -> None:
         super().__init__()
         self.model = model
         self.args = args if args is not None else TrainingArguments()
@@ -113,10 +122,13 @@ class HFModule(L.LightningModule):
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
-            self.model, label_smoothing_factor=self.args.label_smoothing_factor,
+            self.model,
+            label_smoothing_factor=self.args.label_smoothing_factor,
             compute_loss_func=self._compute_loss_func,
             average_tokens_across_devices=self.args.average_tokens_across_devices,
-            world_size=world_size, shift_labels=self._shift_labels)
+            world_size=world_size,
+            shift_labels=self._shift_labels,
+        )
 
     def forward(self, **inputs: Any) -> Any:
         return self.model(**inputs)
@@ -131,8 +143,11 @@ class HFModule(L.LightningModule):
         """
         if type(value) in _PLAIN_TYPES:
             d = self.__dict__
-            if name not in d.get("_parameters", ()) and name not in d.get("_buffers", ()) and (
-                    name not in d.get("_modules", ())):
+            if (
+                name not in d.get("_parameters", ())
+                and name not in d.get("_buffers", ())
+                and (name not in d.get("_modules", ()))
+            ):
                 object.__setattr__(self, name, value)
                 return
         super().__setattr__(name, value)
@@ -145,8 +160,11 @@ class HFModule(L.LightningModule):
         self.train_model = self.model
         if self.args.torch_compile:
             # transformers compiles the model it trains; the saved weights keep the plain names.
-            compiled = torch.compile(self.model, backend=self.args.torch_compile_backend or "inductor",
-                                     mode=self.args.torch_compile_mode)
+            compiled = torch.compile(
+                self.model,
+                backend=self.args.torch_compile_backend or "inductor",
+                mode=self.args.torch_compile_mode,
+            )
             self.train_model = cast(nn.Module, compiled)
 
     def configure_optimizers(self) -> Any:
@@ -165,9 +183,12 @@ class HFModule(L.LightningModule):
 
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = get_scheduler(
-                self.args.lr_scheduler_type, optimizer,
-                num_warmup_steps=self.args.get_warmup_steps(total), num_training_steps=total,
-                scheduler_specific_kwargs=cast(dict[str, Any], self.args.lr_scheduler_kwargs or {}))
+                self.args.lr_scheduler_type,
+                optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(total),
+                num_training_steps=total,
+                scheduler_specific_kwargs=cast(dict[str, Any], self.args.lr_scheduler_kwargs or {}),
+            )
         self.hf_lr_scheduler = scheduler
         return optimizer
 
@@ -264,8 +285,14 @@ class HFModule(L.LightningModule):
             rows.append(_batch_rows(inputs))
         weights = torch.tensor(rows, dtype=torch.float32, device=losses[0].device)
         loss = (torch.stack(losses) * weights).sum() / weights.sum()
-        self.log(name, loss, on_step=False, on_epoch=True, batch_size=int(sum(rows)),
-                 sync_dist=self.trainer.world_size > 1)
+        self.log(
+            name,
+            loss,
+            on_step=False,
+            on_epoch=True,
+            batch_size=int(sum(rows)),
+            sync_dist=self.trainer.world_size > 1,
+        )
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -295,13 +322,15 @@ class HFModule(L.LightningModule):
                     f"HFModule got a single batch but `args.gradient_accumulation_steps="
                     f"{self.args.gradient_accumulation_steps}`: wrap the training DataLoader in "
                     "`hf_lightning.adapters.AccumulationWindows(loader, steps)` so each Lightning batch "
-                    "holds the micro-batches of one optimizer step")
+                    "holds the micro-batches of one optimizer step"
+                )
             return [batch]
         if isinstance(batch, Sequence) and batch and all(isinstance(b, Mapping) for b in batch):
             return list(batch)
         raise TypeError(
             "HFModule expects a batch dict or a list of batch dicts (one gradient-accumulation window), "
-            f"got {type(batch).__name__}")
+            f"got {type(batch).__name__}"
+        )
 
     def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
         """``num_items_in_batch`` of a window, summed over data-parallel ranks when averaging tokens."""
@@ -336,6 +365,7 @@ class HFModule(L.LightningModule):
 # computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).
 HFModule.training_step.__signature__ = inspect.signature(HFModule.training_step)  # type: ignore[attr-defined]
 
+
 def _batch_rows(inputs: Mapping[str, Any]) -> int:
     """The number of samples in a batch: the first dimension of its first tensor (1 if none)."""
     for value in inputs.values():
@@ -360,6 +390,9 @@ def _plain_backward_setup(module: HFModule, trainer: Any) -> bool:
         and isinstance(trainer.profiler, PassThroughProfiler)
         and module._fabric is None
         and not any(is_overridden(hook, module, L.LightningModule) for hook in (*_BACKWARD_HOOKS, "backward"))
-        and not any(is_overridden(hook, callback, L.Callback)
-                    for callback in trainer.callbacks for hook in _BACKWARD_HOOKS)
+        and not any(
+            is_overridden(hook, callback, L.Callback)
+            for callback in trainer.callbacks
+            for hook in _BACKWARD_HOOKS
+        )
     )

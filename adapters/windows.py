@@ -53,8 +53,11 @@ class AccumulationWindows:
     def set_epoch(self, epoch: int) -> None:
         """Forward the epoch to the loader's sampler / batch sampler (Lightning does not reach them)."""
         self.epoch = epoch
-        for target in (self.loader, getattr(self.loader, "sampler", None),
-                       getattr(self.loader, "batch_sampler", None)):
+        for target in (
+            self.loader,
+            getattr(self.loader, "sampler", None),
+            getattr(self.loader, "batch_sampler", None),
+        ):
             if target is not None and hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)
 

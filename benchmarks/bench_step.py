@@ -50,8 +50,15 @@ def make_model(w):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=w["n_layer"], n_embd=w["n_embd"], n_head=4, vocab_size=256, n_positions=w["seq"],
-                     bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        n_layer=w["n_layer"],
+        n_embd=w["n_embd"],
+        n_head=4,
+        vocab_size=256,
+        n_positions=w["seq"],
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel(cfg)
 
 
@@ -129,11 +136,22 @@ def _hf_style(lib, w, pacer):
             pacer.step_end()
 
     steps = pacer.total_steps
-    args = lib.TrainingArguments(output_dir=tempfile.mkdtemp(prefix="bench_step_"),
-                                 per_device_train_batch_size=w["batch"], gradient_accumulation_steps=w["ga"],
-                                 max_steps=steps, learning_rate=1e-3, logging_steps=10_000, save_strategy="no",
-                                 report_to="none", disable_tqdm=True, use_cpu=True, lr_scheduler_type="constant")
-    trainer = lib.Trainer(model=make_model(w), args=args, train_dataset=make_data(w, steps), callbacks=[Pace()])
+    args = lib.TrainingArguments(
+        output_dir=tempfile.mkdtemp(prefix="bench_step_"),
+        per_device_train_batch_size=w["batch"],
+        gradient_accumulation_steps=w["ga"],
+        max_steps=steps,
+        learning_rate=1e-3,
+        logging_steps=10_000,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        lr_scheduler_type="constant",
+    )
+    trainer = lib.Trainer(
+        model=make_model(w), args=args, train_dataset=make_data(w, steps), callbacks=[Pace()]
+    )
     trainer.train()
 
 
@@ -168,14 +186,25 @@ def run_lightning(w, pacer):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
 
     loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
-    trainer = L.Trainer(max_steps=pacer.total_steps, accumulate_grad_batches=w["ga"], gradient_clip_val=1.0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu")
+    trainer = L.Trainer(
+        max_steps=pacer.total_steps,
+        accumulate_grad_batches=w["ga"],
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
     trainer.fit(Plain(), loader)
 
 
-RUNNERS = {"raw torch": run_raw, "plain Lightning": run_lightning, "transformers.Trainer": run_transformers,
-           "hf_lightning.Trainer": run_ours}
+RUNNERS = {
+    "raw torch": run_raw,
+    "plain Lightning": run_lightning,
+    "transformers.Trainer": run_transformers,
+    "hf_lightning.Trainer": run_ours,
+}
 
 
 def serve(framework: str, workload: str, block: int, blocks: int) -> None:
@@ -197,14 +226,18 @@ class Child:
         self.started = time.time()
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--serve", framework, workload, str(block), str(blocks)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-            env={**os.environ, "TQDM_DISABLE": "1"})
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            env={**os.environ, "TQDM_DISABLE": "1"},
+        )
 
     def read(self) -> dict[str, float]:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith(MARK):
-                return json.loads(line[len(MARK):])
+                return json.loads(line[len(MARK) :])
         self.stderr.seek(0)
         raise RuntimeError(f"{self.framework} exited early:\n{self.stderr.read()[-4000:]}")
 
@@ -252,9 +285,11 @@ def summarize(name: str, rounds: list[dict[str, dict]]) -> list[str]:
         vs_hf = [a / b for a, b in zip(mine, hf)]
         faster = sum(a < b for a, b in zip(mine, hf)) / len(mine)
         startup = statistics.median(r[fw]["startup"] for r in rounds)
-        rows.append(f"| {name} | {fw} | {statistics.median(mine):.4f} | {statistics.median(ratios):.3f} | "
-                    f"{_percentile(ratios, 0.1):.2f}–{_percentile(ratios, 0.9):.2f} | "
-                    f"{statistics.median(vs_hf):.3f} | {100 * faster:.0f} % | {startup:.2f} |")
+        rows.append(
+            f"| {name} | {fw} | {statistics.median(mine):.4f} | {statistics.median(ratios):.3f} | "
+            f"{_percentile(ratios, 0.1):.2f}–{_percentile(ratios, 0.9):.2f} | "
+            f"{statistics.median(vs_hf):.3f} | {100 * faster:.0f} % | {startup:.2f} |"
+        )
     return rows
 
 
@@ -278,20 +313,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per framework and workload")
     parser.add_argument("--cycles", type=int, default=60, help="turns per process in a round (W2: a third)")
-    parser.add_argument("--block", type=int, default=5, help="optimizer steps per turn (W2: half, at least 2)")
+    parser.add_argument(
+        "--block", type=int, default=5, help="optimizer steps per turn (W2: half, at least 2)"
+    )
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks")
     parser.add_argument("--json", help="also write every block's s/step and every start-up here")
-    parser.add_argument("--serve", nargs=4, metavar=("FRAMEWORK", "WORKLOAD", "BLOCK", "BLOCKS"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--serve", nargs=4, metavar=("FRAMEWORK", "WORKLOAD", "BLOCK", "BLOCKS"), help=argparse.SUPPRESS
+    )
     cli = parser.parse_args()
     if cli.serve:
         serve(cli.serve[0], cli.serve[1], int(cli.serve[2]), int(cli.serve[3]))
         return
     _compile_bytecode()
     order = random.Random(cli.seed)
-    print("| workload | framework | s/step (median) | ratio to raw (median of cycles) | ratio p10–p90 "
-          "| vs transformers (median of cycles) | cycles faster than transformers | start-up s |")
+    print(
+        "| workload | framework | s/step (median) | ratio to raw (median of cycles) | ratio p10–p90 "
+        "| vs transformers (median of cycles) | cycles faster than transformers | start-up s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     record = {}
     for name in cli.workloads:

@@ -22,20 +22,36 @@ def main() -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=32,
-                                       bos_token_id=0, eos_token_id=0))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=32, bos_token_id=0, eos_token_id=0
+        )
+    )
     text = torch.tensor(list(("the quick brown fox jumps over the lazy dog. " * 40).encode()))
     rows = text[: (len(text) // 32) * 32].view(-1, 32)
     data = [{"input_ids": r, "labels": r.clone()} for r in rows]
 
-    args = TrainingArguments(learning_rate=3e-3, gradient_accumulation_steps=2, warmup_steps=2,
-                             lr_scheduler_type="linear", max_grad_norm=1.0)
+    args = TrainingArguments(
+        learning_rate=3e-3,
+        gradient_accumulation_steps=2,
+        warmup_steps=2,
+        lr_scheduler_type="linear",
+        max_grad_norm=1.0,
+    )
     loader = DataLoader(data, batch_size=4, shuffle=True, collate_fn=default_data_collator)
     module = HFModule(model, args)
-    trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, log_every_n_steps=1)
+    trainer = L.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
     trainer.fit(module, train_dataloaders=AccumulationWindows(loader, args.gradient_accumulation_steps))
-    print(f"optimizer steps: {trainer.global_step}, last train loss: {float(trainer.callback_metrics['train_loss']):.3f}")
+    print(
+        f"optimizer steps: {trainer.global_step}, last train loss: {float(trainer.callback_metrics['train_loss']):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,9 @@ def main() -> None:
     train_set = [examples[i] for i in order[128:]]
 
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=256, n_positions=64,
-                        bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        n_layer=2, n_embd=128, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     model = GPT2LMHeadModel(config)
 
     args = TrainingArguments(

@@ -35,8 +35,17 @@ def run_ranks(script: str, args: list[str], world: int = 2, timeout: float = 300
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
         }
-        procs.append(subprocess.Popen([sys.executable, script, *args], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, script, *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = [proc.communicate(timeout=timeout)[0] for proc in procs]
     for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"{Path(script).name} {' '.join(args)}: rank {rank} failed:\n{logs[rank][-4000:]}"
+        assert proc.returncode == 0, (
+            f"{Path(script).name} {' '.join(args)}: rank {rank} failed:\n{logs[rank][-4000:]}"
+        )

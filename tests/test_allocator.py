@@ -12,15 +12,15 @@ def _run(code: str, **env: str) -> str:
     import os
 
     full_env = {**os.environ, **env}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, check=True
+    ).stdout.strip()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt exists on Linux only")
 def test_tuning_applies_once_and_can_be_disabled():
     """retain_freed_memory() tunes glibc by default and does nothing with HF_LIGHTNING_MALLOC_TUNING=0."""
-    code = ("from hf_lightning.adapters.allocator import retain_freed_memory as r; "
-            "print(r(), r())")
+    code = "from hf_lightning.adapters.allocator import retain_freed_memory as r; print(r(), r())"
     assert _run(code) == "True True"
     assert _run(code, HF_LIGHTNING_MALLOC_TUNING="0") == "False False"
 

@@ -26,9 +26,21 @@ def test_pacer_reports_the_first_step_then_one_median_per_turn(monkeypatch):
     """After the warm-up steps the child reports and waits; each turn of ``block`` steps reports the
     median interval from the turn's start; after the last block it no longer waits."""
     bench = _bench_module()
-    clock = iter([0.0, 1.0, 2.0,  # warm-up steps
-                  10.0, 10.1, 10.3, 10.4,  # turn 1 starts at 10.0: intervals 0.1, 0.2, 0.1
-                  20.0, 20.5, 21.5, 21.6])  # turn 2 starts at 20.0: intervals 0.5, 1.0, 0.1
+    clock = iter(
+        [
+            0.0,
+            1.0,
+            2.0,  # warm-up steps
+            10.0,
+            10.1,
+            10.3,
+            10.4,  # turn 1 starts at 10.0: intervals 0.1, 0.2, 0.1
+            20.0,
+            20.5,
+            21.5,
+            21.6,
+        ]
+    )  # turn 2 starts at 20.0: intervals 0.5, 1.0, 0.1
     monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
     monkeypatch.setattr(bench.sys, "stdin", io.StringIO("go\ngo\n"))
     out = io.StringIO()
@@ -37,7 +49,7 @@ def test_pacer_reports_the_first_step_then_one_median_per_turn(monkeypatch):
     assert pacer.total_steps == bench.WARMUP_STEPS + 6
     for _ in range(pacer.total_steps):
         pacer.step_end()
-    messages = [json.loads(line[len(bench.MARK):]) for line in out.getvalue().splitlines()]
+    messages = [json.loads(line[len(bench.MARK) :]) for line in out.getvalue().splitlines()]
     assert list(messages[0]) == ["first_step_end"]
     assert [m["step"] for m in messages[1:]] == pytest.approx([0.1, 0.5])
     assert bench.sys.stdin.read() == ""  # both turns were taken, no third wait
@@ -47,12 +59,30 @@ def test_pacer_reports_the_first_step_then_one_median_per_turn(monkeypatch):
 def test_a_short_benchmark_run_prints_one_row_per_framework(tmp_path):
     """Four real processes take turns; every framework gets a row and a block time per cycle."""
     record = tmp_path / "runs.json"
-    out = subprocess.run([sys.executable, str(BENCH), "--rounds", "1", "--cycles", "2", "--block", "2",
-                          "--workloads", "W1 GA1", "--json", str(record)],
-                         capture_output=True, text=True, check=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--rounds",
+            "1",
+            "--cycles",
+            "2",
+            "--block",
+            "2",
+            "--workloads",
+            "W1 GA1",
+            "--json",
+            str(record),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     rows = [line for line in out.stdout.splitlines() if line.startswith("| W1 GA1 |")]
     assert len(rows) == 4
     runs = json.loads(record.read_text())["W1 GA1"]
-    assert len(runs) == 1 and all(len(runs[0][fw]["steps"]) == 2 and runs[0][fw]["startup"] > 0
-                                  for fw in ("raw torch", "plain Lightning", "transformers.Trainer",
-                                             "hf_lightning.Trainer"))
+    assert len(runs) == 1 and all(
+        len(runs[0][fw]["steps"]) == 2 and runs[0][fw]["startup"] > 0
+        for fw in ("raw torch", "plain Lightning", "transformers.Trainer", "hf_lightning.Trainer")
+    )

@@ -54,8 +54,6 @@ def make_trainer(output_dir: str, callbacks=None, processing_class=None, **kwarg
     )
 
 
-
-
 CHILD = """
 import os, signal, sys
 import torch

@@ -26,8 +26,14 @@ class Stream(IterableDataset):
             yield {"x": torch.tensor(i)}
 
 
-def shares(n: int, batch_size: int, world: int, drop_last: bool = False, epoch: int = 0,
-           dataset: IterableDataset | None = None) -> list[list[list[int]]]:
+def shares(
+    n: int,
+    batch_size: int,
+    world: int,
+    drop_last: bool = False,
+    epoch: int = 0,
+    dataset: IterableDataset | None = None,
+) -> list[list[list[int]]]:
     """Per rank, the sample ids of each batch it gets."""
     out = []
     for rank in range(world):
@@ -125,9 +131,16 @@ def test_dataloader_drop_last_drops_the_last_partial_batch_of_a_stream(tmp_path)
     seen = {}
     for drop in (False, True):
         model = Recording()
-        args = hf_lightning.TrainingArguments(str(tmp_path / str(drop)), per_device_train_batch_size=2, max_steps=4,
-                                              dataloader_drop_last=drop, report_to="none", save_strategy="no",
-                                              disable_tqdm=True, use_cpu=True)
+        args = hf_lightning.TrainingArguments(
+            str(tmp_path / str(drop)),
+            per_device_train_batch_size=2,
+            max_steps=4,
+            dataloader_drop_last=drop,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            use_cpu=True,
+        )
         hf_lightning.Trainer(model=model, args=args, train_dataset=Labelled(5)).train()
         seen[drop] = model.seen
     assert seen[False] == [[0, 1], [2, 3], [4], [0, 1]]

@@ -22,7 +22,20 @@ def test_adapters_exports_resolve(name):
 
 def test_transformers_top_level_names_exist():
     """The names a transformers Trainer script imports exist here too."""
-    for name in ("Trainer", "TrainingArguments", "Seq2SeqTrainer", "Seq2SeqTrainingArguments", "HfArgumentParser",
-                 "TrainerCallback", "EarlyStoppingCallback", "TrainerState", "TrainerControl", "set_seed",
-                 "default_data_collator", "DataCollatorWithPadding", "EvalPrediction", "get_scheduler"):
+    for name in (
+        "Trainer",
+        "TrainingArguments",
+        "Seq2SeqTrainer",
+        "Seq2SeqTrainingArguments",
+        "HfArgumentParser",
+        "TrainerCallback",
+        "EarlyStoppingCallback",
+        "TrainerState",
+        "TrainerControl",
+        "set_seed",
+        "default_data_collator",
+        "DataCollatorWithPadding",
+        "EvalPrediction",
+        "get_scheduler",
+    ):
         assert hasattr(hf_lightning, name), name

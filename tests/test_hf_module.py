@@ -13,8 +13,14 @@ from tests.tiny import RegressionModel, causal_lm_data, regression_data, tiny_gp
 
 
 def _trainer(**kwargs) -> L.Trainer:
-    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
-                     enable_progress_bar=False, **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        **kwargs,
+    )
 
 
 def _mean_loss(model, data) -> float:
@@ -43,18 +49,33 @@ def test_hf_module_matches_hf_lightning_trainer_numbers(tmp_path):
     """HFModule alone and hf_lightning.Trainer give the same weights for the same work (sequential data)."""
     import hf_lightning
 
-    args_kwargs = dict(learning_rate=0.05, gradient_accumulation_steps=3, per_device_train_batch_size=4,
-                       max_steps=4, lr_scheduler_type="linear", warmup_steps=1, train_sampling_strategy="sequential",
-                       report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True)
+    args_kwargs = dict(
+        learning_rate=0.05,
+        gradient_accumulation_steps=3,
+        per_device_train_batch_size=4,
+        max_steps=4,
+        lr_scheduler_type="linear",
+        warmup_steps=1,
+        train_sampling_strategy="sequential",
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=True,
+    )
     data = regression_data(48)
-    facade = hf_lightning.Trainer(model=RegressionModel(), train_dataset=data,
-                                  args=TrainingArguments(output_dir=str(tmp_path), **args_kwargs))
+    facade = hf_lightning.Trainer(
+        model=RegressionModel(),
+        train_dataset=data,
+        args=TrainingArguments(output_dir=str(tmp_path), **args_kwargs),
+    )
     facade.train()
     module_model = RegressionModel()
     loader = DataLoader(data, batch_size=4, shuffle=False, collate_fn=default_data_collator)
     trainer = _trainer(max_steps=4)
-    trainer.fit(HFModule(module_model, TrainingArguments(output_dir=str(tmp_path), **args_kwargs)),
-                train_dataloaders=AccumulationWindows(loader, 3))
+    trainer.fit(
+        HFModule(module_model, TrainingArguments(output_dir=str(tmp_path), **args_kwargs)),
+        train_dataloaders=AccumulationWindows(loader, 3),
+    )
     for a, b in zip(facade.model.parameters(), module_model.parameters()):
         torch.testing.assert_close(a, b)
 
@@ -88,10 +109,22 @@ def test_layers_unfrozen_mid_training_are_trained_and_zeroed(tmp_path):
     model = RegressionModel()
     model.b.requires_grad_(False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # holds b, frozen for now
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=3,
-                             report_to="none", save_strategy="no", disable_tqdm=True, use_cpu=True)
-    trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=regression_data(16),
-                                   callbacks=[Unfreeze()], optimizers=(optimizer, None))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=True,
+    )
+    trainer = hf_lightning.Trainer(
+        model=model,
+        args=args,
+        train_dataset=regression_data(16),
+        callbacks=[Unfreeze()],
+        optimizers=(optimizer, None),
+    )
     trainer.train()
     assert float(model.b) != 0.0  # trained after the unfreeze
     assert model.b.grad is None  # cleared after the last step, not accumulated
@@ -140,8 +173,14 @@ class _PathSeen(L.Callback):
 
 
 def _fit_regression(tmp_path, callbacks=(), module_cls=HFModule, **trainer_kwargs):
-    args = TrainingArguments(output_dir=str(tmp_path), learning_rate=0.05, gradient_accumulation_steps=3,
-                             max_steps=4, warmup_steps=1, lr_scheduler_type="linear")
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        learning_rate=0.05,
+        gradient_accumulation_steps=3,
+        max_steps=4,
+        warmup_steps=1,
+        lr_scheduler_type="linear",
+    )
     loader = DataLoader(regression_data(48), batch_size=4, shuffle=False, collate_fn=default_data_collator)
     module = module_cls(RegressionModel(), args)
     trainer = _trainer(max_steps=4, callbacks=list(callbacks), **trainer_kwargs)
@@ -174,8 +213,12 @@ def test_only_a_plain_setup_skips_lightnings_backward_path(tmp_path):
     """32-bit precision on one device with the pass-through profiler and no listening hook: direct;
     mixed precision, a profiler or a listening callback: Lightning's path (which scales, records, and
     calls the hooks). The decision is made per fit and forgotten after it."""
-    cases = [({}, True), ({"precision": "bf16-mixed"}, False), ({"profiler": "simple"}, False),
-             ({"callbacks": [_BackwardCounter()]}, False)]
+    cases = [
+        ({}, True),
+        ({"precision": "bf16-mixed"}, False),
+        ({"profiler": "simple"}, False),
+        ({"callbacks": [_BackwardCounter()]}, False),
+    ]
     for kwargs, expected in cases:
         seen = _PathSeen()
         kwargs = dict(kwargs)
@@ -198,5 +241,7 @@ def test_cpu_batches_are_left_to_the_driver_that_places_them():
     assert HFModule(RegressionModel(), driver=Placing()).transfer_batch_to_device(window, cpu, 0) is window
     moved = HFModule(RegressionModel()).transfer_batch_to_device(window, cpu, 0)
     assert moved is not window and torch.equal(moved[0]["x"], window[0]["x"])
-    meta = HFModule(RegressionModel(), driver=Placing()).transfer_batch_to_device(window, torch.device("meta"), 0)
+    meta = HFModule(RegressionModel(), driver=Placing()).transfer_batch_to_device(
+        window, torch.device("meta"), 0
+    )
     assert meta[0]["x"].device.type == "meta"  # any other device: Lightning moves the window

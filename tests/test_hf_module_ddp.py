@@ -34,8 +34,10 @@ def _pad(rows: list[dict]) -> dict[str, torch.Tensor]:
 def _loader():
     from torch.utils.data import DataLoader
 
-    data = [{key: value[: 4 + (i * 5) % 9] for key, value in row.items()}  # lengths 4..12
-            for i, row in enumerate(causal_lm_data(10, seq_len=12))]
+    data = [
+        {key: value[: 4 + (i * 5) % 9] for key, value in row.items()}  # lengths 4..12
+        for i, row in enumerate(causal_lm_data(10, seq_len=12))
+    ]
     return DataLoader(data, batch_size=4, collate_fn=_pad)
 
 
@@ -45,10 +47,16 @@ def _validate(**trainer_kwargs) -> float:
     from hf_lightning import TrainingArguments
     from hf_lightning.adapters import HFModule
 
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        **trainer_kwargs)
-    (metrics,) = trainer.validate(HFModule(tiny_gpt2(dropout=0.0), TrainingArguments("unused")), _loader(),
-                                  verbose=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **trainer_kwargs,
+    )
+    (metrics,) = trainer.validate(
+        HFModule(tiny_gpt2(dropout=0.0), TrainingArguments("unused")), _loader(), verbose=False
+    )
     return float(metrics["eval_loss"])
 
 

@@ -17,7 +17,6 @@ from tests.tiny import HP_SEARCH_ARGS, RegressionModel, regression_data
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-
 def lr_space(trial):
     return {"learning_rate": trial.suggest_float("learning_rate", 0.01, 0.5)}
 

@@ -59,14 +59,29 @@ def train(lib_name: str, out_dir: str) -> dict:
     lib = __import__(lib_name)
     stream = Stream()
     stream.generator.manual_seed(0)  # hf_lightning seeds it per epoch as the documentation says
-    args = lib.TrainingArguments(out_dir, use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no",
-                                 per_device_train_batch_size=BATCH, max_steps=MAX_STEPS, learning_rate=0.01,
-                                 optim="sgd", lr_scheduler_type="constant", logging_steps=1, seed=0)
+    args = lib.TrainingArguments(
+        out_dir,
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        per_device_train_batch_size=BATCH,
+        max_steps=MAX_STEPS,
+        learning_rate=0.01,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        logging_steps=1,
+        seed=0,
+    )
     model = Recording()
     trainer = lib.Trainer(model=model, args=args, train_dataset=stream)
     trainer.train()
-    return {"seen": model.seen, "a": float(model.a), "b": float(model.b),
-            "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
+    return {
+        "seen": model.seen,
+        "a": float(model.a),
+        "b": float(model.b),
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
 
 
 def launch(out: Path, lib_name: str) -> list[dict]:

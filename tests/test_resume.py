@@ -56,8 +56,6 @@ def pad_collator(features: list[dict[str, torch.Tensor]]) -> dict[str, torch.Ten
     return batch
 
 
-
-
 def make_trainer(output_dir: str, strategy: str, stop_at: int | None = None) -> hf_lightning.Trainer:
     """The run every case shares: 8 steps, logging every step; a first half saves the step it stops at."""
     saving = dict(save_steps=stop_at) if stop_at else dict(save_strategy="no")

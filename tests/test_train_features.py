@@ -16,8 +16,12 @@ from tests.tiny import RegressionModel, causal_lm_data, regression_data, tiny_gp
 
 def _train(tmp_path, model=None, data=None, callbacks=None, **kwargs):
     args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / "out"), **{**BASE_ARGS, **kwargs})
-    trainer = hf_lightning.Trainer(model=model or RegressionModel(), args=args,
-                                   train_dataset=data or regression_data(16), callbacks=callbacks)
+    trainer = hf_lightning.Trainer(
+        model=model or RegressionModel(),
+        args=args,
+        train_dataset=data or regression_data(16),
+        callbacks=callbacks,
+    )
     trainer.train()
     return trainer
 
@@ -26,8 +30,9 @@ def test_tensorboard_logs_are_written_and_read_back(tmp_path):
     """report_to=tensorboard writes event files holding the same losses as log_history."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    trainer = _train(tmp_path, report_to="tensorboard",
-                     per_device_train_batch_size=4, max_steps=4, logging_steps=1)
+    trainer = _train(
+        tmp_path, report_to="tensorboard", per_device_train_batch_size=4, max_steps=4, logging_steps=1
+    )
     files = glob.glob(str(tmp_path / "out" / "**" / "events.out.tfevents.*"), recursive=True)
     assert files
     acc = EventAccumulator(os.path.dirname(files[0]))
@@ -43,13 +48,14 @@ def test_tensorboard_logs_are_written_and_read_back(tmp_path):
 
 def test_csv_logs_are_written_and_read_back(tmp_path):
     """report_to=csv writes a metrics.csv whose loss column equals log_history."""
-    trainer = _train(tmp_path, report_to="csv",
-                     per_device_train_batch_size=4, max_steps=3, logging_steps=1)
+    trainer = _train(tmp_path, report_to="csv", per_device_train_batch_size=4, max_steps=3, logging_steps=1)
     files = glob.glob(str(tmp_path / "out" / "**" / "metrics.csv"), recursive=True)
     assert files
     with open(files[0]) as fh:
         rows = [r for r in csv.DictReader(fh) if r.get("loss")]
-    assert [float(r["loss"]) for r in rows] == pytest.approx([h["loss"] for h in step_logs(trainer)], rel=1e-6)
+    assert [float(r["loss"]) for r in rows] == pytest.approx(
+        [h["loss"] for h in step_logs(trainer)], rel=1e-6
+    )
 
 
 def test_memory_metrics_when_not_skipped(tmp_path):
@@ -62,8 +68,15 @@ def test_memory_metrics_when_not_skipped(tmp_path):
 def test_include_num_input_tokens_seen_counts_tokens(tmp_path):
     """include_num_input_tokens_seen adds the running token count to each log."""
     data = causal_lm_data(n=8, seq_len=12)
-    trainer = _train(tmp_path, model=tiny_gpt2(), data=data, include_num_input_tokens_seen=True,
-                     per_device_train_batch_size=2, max_steps=3, logging_steps=1)
+    trainer = _train(
+        tmp_path,
+        model=tiny_gpt2(),
+        data=data,
+        include_num_input_tokens_seen=True,
+        per_device_train_batch_size=2,
+        max_steps=3,
+        logging_steps=1,
+    )
     assert [h["num_input_tokens_seen"] for h in step_logs(trainer)] == [24, 48, 72]
     assert trainer.state.num_input_tokens_seen == 72
 
@@ -82,15 +95,29 @@ def test_nan_losses_are_filtered_from_the_logged_average(tmp_path):
             loss = ((self.w * input_x - labels) ** 2).mean()
             return (loss * float("nan") if self.calls == 2 else loss,)
 
-    trainer = _train(tmp_path, model=NanOnce(), per_device_train_batch_size=4, max_steps=3, logging_steps=3,
-                     max_grad_norm=0.0, optim="sgd")
+    trainer = _train(
+        tmp_path,
+        model=NanOnce(),
+        per_device_train_batch_size=4,
+        max_steps=3,
+        logging_steps=3,
+        max_grad_norm=0.0,
+        optim="sgd",
+    )
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in step_logs(trainer))
 
 
 def test_bf16_mixed_precision_on_cpu(tmp_path):
     """bf16=True trains through Lightning's bf16-mixed plugin on CPU; weights stay float32."""
-    trainer = _train(tmp_path, model=tiny_gpt2(), data=causal_lm_data(n=8), bf16=True,
-                     per_device_train_batch_size=2, max_steps=2, logging_steps=1)
+    trainer = _train(
+        tmp_path,
+        model=tiny_gpt2(),
+        data=causal_lm_data(n=8),
+        bf16=True,
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+    )
     assert len(step_logs(trainer)) == 2
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
 
@@ -111,8 +138,15 @@ def test_neftune_noise_in_training_only_and_removed_after(tmp_path):
             seen.append((noisy - emb.weight[ids]).abs().max().item() > 0)
             seen.append(torch.equal(clean, emb.weight[ids]))
 
-    trainer = _train(tmp_path, model=tiny_gpt2(), data=causal_lm_data(n=4), callbacks=[Probe()],
-                     neftune_noise_alpha=5.0, per_device_train_batch_size=2, max_steps=1)
+    trainer = _train(
+        tmp_path,
+        model=tiny_gpt2(),
+        data=causal_lm_data(n=4),
+        callbacks=[Probe()],
+        neftune_noise_alpha=5.0,
+        per_device_train_batch_size=2,
+        max_steps=1,
+    )
     assert seen == [True, True]
     emb = trainer.model.get_input_embeddings()
     emb.train()
@@ -122,11 +156,18 @@ def test_neftune_noise_in_training_only_and_removed_after(tmp_path):
 
 def test_model_init_and_seed_give_reproducible_runs(tmp_path):
     """model_init with the same seed gives identical runs; data_seed changes the data order."""
+
     def run(**kw):
-        args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **{**BASE_ARGS, **kw},
-                                              per_device_train_batch_size=4, max_steps=4, logging_steps=1)
-        trainer = hf_lightning.Trainer(model_init=lambda: RegressionModel(), args=args,
-                                       train_dataset=regression_data(32))
+        args = hf_lightning.TrainingArguments(
+            output_dir=str(tmp_path),
+            **{**BASE_ARGS, **kw},
+            per_device_train_batch_size=4,
+            max_steps=4,
+            logging_steps=1,
+        )
+        trainer = hf_lightning.Trainer(
+            model_init=lambda: RegressionModel(), args=args, train_dataset=regression_data(32)
+        )
         trainer.train()
         return [h["loss"] for h in step_logs(trainer)]
 
@@ -144,9 +185,12 @@ def test_optimizers_and_optimizer_cls_and_kwargs_are_exclusive():
     """Passing both optimizers=(opt, None) and optimizer_cls_and_kwargs is rejected."""
     model = RegressionModel()
     with pytest.raises(ValueError, match="optimizer_cls_and_kwargs"):
-        hf_lightning.Trainer(model=model, args=hf_lightning.TrainingArguments(output_dir="unused", report_to="none"),
-                             optimizers=(torch.optim.SGD(model.parameters(), lr=0.1), None),
-                             optimizer_cls_and_kwargs=(torch.optim.SGD, {"lr": 0.1}))
+        hf_lightning.Trainer(
+            model=model,
+            args=hf_lightning.TrainingArguments(output_dir="unused", report_to="none"),
+            optimizers=(torch.optim.SGD(model.parameters(), lr=0.1), None),
+            optimizer_cls_and_kwargs=(torch.optim.SGD, {"lr": 0.1}),
+        )
 
 
 def test_user_optimizer_and_scheduler_are_used(tmp_path):
@@ -154,9 +198,12 @@ def test_user_optimizer_and_scheduler_are_used(tmp_path):
     model = RegressionModel()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 / (step + 1))
-    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                          max_steps=3, logging_steps=1)
-    trainer = hf_lightning.Trainer(model=model, args=args, train_dataset=regression_data(16), optimizers=(opt, sched))
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4, max_steps=3, logging_steps=1
+    )
+    trainer = hf_lightning.Trainer(
+        model=model, args=args, train_dataset=regression_data(16), optimizers=(opt, sched)
+    )
     trainer.train()
     assert [h["learning_rate"] for h in step_logs(trainer)] == pytest.approx([0.1, 0.05, 0.1 / 3])
     assert trainer.optimizer is opt
@@ -164,8 +211,14 @@ def test_user_optimizer_and_scheduler_are_used(tmp_path):
 
 def test_trainer_helpers(tmp_path):
     """get_num_trainable_parameters, get_learning_rates, get_optimizer_group, get_decay_parameter_names."""
-    trainer = _train(tmp_path, model=tiny_gpt2(), data=causal_lm_data(n=4), per_device_train_batch_size=2,
-                     max_steps=1, weight_decay=0.1)
+    trainer = _train(
+        tmp_path,
+        model=tiny_gpt2(),
+        data=causal_lm_data(n=4),
+        per_device_train_batch_size=2,
+        max_steps=1,
+        weight_decay=0.1,
+    )
     n = sum(p.numel() for p in trainer.model.parameters())
     assert trainer.get_num_trainable_parameters() == n
     assert len(trainer.get_learning_rates()) == 2
@@ -177,23 +230,53 @@ def test_trainer_helpers(tmp_path):
 
 def test_torch_compile_trains_with_the_same_numbers(tmp_path):
     """torch_compile (eager backend on CPU) trains to the same losses as the uncompiled model."""
-    plain = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
-                   max_steps=2, logging_steps=1)
-    compiled = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8),
-                      per_device_train_batch_size=2, max_steps=2, logging_steps=1, torch_compile=True,
-                      torch_compile_backend="eager")
-    assert [h["loss"] for h in step_logs(compiled)] == pytest.approx([h["loss"] for h in step_logs(plain)], rel=1e-5)
+    plain = _train(
+        tmp_path,
+        model=tiny_gpt2(dropout=0.0),
+        data=causal_lm_data(n=8),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+    )
+    compiled = _train(
+        tmp_path,
+        model=tiny_gpt2(dropout=0.0),
+        data=causal_lm_data(n=8),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+        torch_compile=True,
+        torch_compile_backend="eager",
+    )
+    assert [h["loss"] for h in step_logs(compiled)] == pytest.approx(
+        [h["loss"] for h in step_logs(plain)], rel=1e-5
+    )
     assert "_orig_mod" not in "".join(compiled.model.state_dict())
 
 
 def test_activation_checkpointing_trains_with_the_same_numbers(tmp_path):
     """activation_checkpointing recomputes activations but gives the same losses."""
-    plain = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
-                   max_steps=2, logging_steps=1)
-    ckpt = _train(tmp_path, model=tiny_gpt2(dropout=0.0), data=causal_lm_data(n=8), per_device_train_batch_size=2,
-                  max_steps=2, logging_steps=1, activation_checkpointing=True)
+    plain = _train(
+        tmp_path,
+        model=tiny_gpt2(dropout=0.0),
+        data=causal_lm_data(n=8),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+    )
+    ckpt = _train(
+        tmp_path,
+        model=tiny_gpt2(dropout=0.0),
+        data=causal_lm_data(n=8),
+        per_device_train_batch_size=2,
+        max_steps=2,
+        logging_steps=1,
+        activation_checkpointing=True,
+    )
     assert ckpt.model.is_activation_checkpointing
-    assert [h["loss"] for h in step_logs(ckpt)] == pytest.approx([h["loss"] for h in step_logs(plain)], rel=1e-5)
+    assert [h["loss"] for h in step_logs(ckpt)] == pytest.approx(
+        [h["loss"] for h in step_logs(plain)], rel=1e-5
+    )
 
 
 def test_activation_checkpointing_needs_a_capable_model(tmp_path):

@@ -47,8 +47,6 @@ def _checkpoints(folder) -> list[str]:
     )
 
 
-
-
 class Counter(TrainerCallback, ExportableState):
     """A stateful callback: counts steps and remembers a constructor argument."""
 
@@ -438,9 +436,17 @@ def test_hf_checkpoint_monitor_must_be_a_single_number(tmp_path):
             self.trainer.callback_metrics["score"] = torch.tensor([0.1, 0.2])
 
     callback = HFCheckpoint(tmp_path, save_strategy="best", monitor="score")
-    trainer = L.Trainer(max_steps=2, val_check_interval=2, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[callback])
+    trainer = L.Trainer(
+        max_steps=2,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
     x = torch.randn(4, 1)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x), batch_size=2)
     with pytest.raises(ValueError, match="monitor='score'"):
@@ -507,9 +513,18 @@ def test_hf_checkpoint_best_on_hf_module_eval_loss(tmp_path):
     args = hf_lightning.TrainingArguments(str(tmp_path / "args"), learning_rate=0.05)
     train = DataLoader(regression_data(32), batch_size=4, collate_fn=default_data_collator)
     val = DataLoader(regression_data(10, seed=1), batch_size=4, collate_fn=default_data_collator)
-    trainer = L.Trainer(max_steps=8, val_check_interval=2, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[Record(), callback], accelerator="cpu")
+    trainer = L.Trainer(
+        max_steps=8,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Record(), callback],
+        accelerator="cpu",
+    )
     trainer.fit(HFModule(RegressionModel(), args), AccumulationWindows(train, 1), val)
     assert len(seen) == 4
     best = 2 * (seen.index(min(seen)) + 1)

@@ -7,7 +7,15 @@ from torch import nn
 
 from hf_lightning.callbacks import TrainerCallback
 
-__all__ = ["HP_SEARCH_ARGS", "RegressionModel", "StopAt", "causal_lm_data", "regression_data", "tiny_gpt2", "tiny_llama"]
+__all__ = [
+    "HP_SEARCH_ARGS",
+    "RegressionModel",
+    "StopAt",
+    "causal_lm_data",
+    "regression_data",
+    "tiny_gpt2",
+    "tiny_llama",
+]
 
 
 def tiny_gpt2(seed: int = 0, *, dropout: float = 0.1, fix_hf_count: bool = False) -> nn.Module:
@@ -15,8 +23,18 @@ def tiny_gpt2(seed: int = 0, *, dropout: float = 0.1, fix_hf_count: bool = False
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64, bos_token_id=0,
-                        eos_token_id=0, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=2,
+        vocab_size=256,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+    )
     model = GPT2LMHeadModel(config)
     if fix_hf_count:
         # transformers only shifts the label count for registered causal-LM loss types (DESIGN.md, divergence 1)
@@ -28,13 +46,21 @@ def tiny_llama(seed: int = 0) -> nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config)
 
 
-def causal_lm_data(n: int = 16, seq_len: int = 12, vocab: int = 256, seed: int = 0,
-                   ragged: bool = True) -> list[dict[str, torch.Tensor]]:
+def causal_lm_data(
+    n: int = 16, seq_len: int = 12, vocab: int = 256, seed: int = 0, ragged: bool = True
+) -> list[dict[str, torch.Tensor]]:
     """Random token sequences whose labels start with a random number of -100 (ragged targets)."""
     g = torch.Generator().manual_seed(seed)
     data = []
@@ -71,8 +97,16 @@ def regression_data(n: int = 64, seed: int = 0) -> list[dict[str, torch.Tensor]]
 
 
 # TrainingArguments of the hyperparameter-search tests: one epoch of 4 steps, evaluated at its end.
-HP_SEARCH_ARGS = dict(per_device_train_batch_size=8, num_train_epochs=1, eval_strategy="epoch", save_strategy="no",
-                      report_to="none", disable_tqdm=True, learning_rate=0.1, seed=0)
+HP_SEARCH_ARGS = dict(
+    per_device_train_batch_size=8,
+    num_train_epochs=1,
+    eval_strategy="epoch",
+    save_strategy="no",
+    report_to="none",
+    disable_tqdm=True,
+    learning_rate=0.1,
+    seed=0,
+)
 
 
 class StopAt(TrainerCallback):

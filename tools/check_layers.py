@@ -31,11 +31,15 @@ def violations() -> list[str]:
     for path in sorted((ROOT / "src" / "hf_lightning").rglob("*.py")):
         for line, module in imported_modules(path):
             if module.split(".")[0] in ENGINES:
-                problems.append(f"{path.relative_to(ROOT)}:{line}: imports {module} (engines belong in adapters/)")
+                problems.append(
+                    f"{path.relative_to(ROOT)}:{line}: imports {module} (engines belong in adapters/)"
+                )
     for path in sorted((ROOT / "adapters").rglob("*.py")):
         for line, module in imported_modules(path):
             if any(module == f or module.startswith(f + ".") for f in FACADE):
-                problems.append(f"{path.relative_to(ROOT)}:{line}: imports the facade {module} (imports point down)")
+                problems.append(
+                    f"{path.relative_to(ROOT)}:{line}: imports the facade {module} (imports point down)"
+                )
     return problems
 
 

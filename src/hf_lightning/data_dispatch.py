@@ -37,11 +37,20 @@ class DispatchedBatches:
             used when the dataset has a ``torch.Generator`` named ``generator`` and no ``set_epoch``.
     """
 
-    def __init__(self, loader: Iterable[Any], num_processes: int, process_index: int, *, drop_last: bool = False,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        num_processes: int,
+        process_index: int,
+        *,
+        drop_last: bool = False,
+        seed: int = 0,
+    ) -> None:
         if num_processes < 1 or not 0 <= process_index < num_processes:
-            raise ValueError(f"DispatchedBatches: process_index={process_index} is not a rank of "
-                             f"num_processes={num_processes}")
+            raise ValueError(
+                f"DispatchedBatches: process_index={process_index} is not a rank of "
+                f"num_processes={num_processes}"
+            )
         self.loader = loader
         self.num_processes = num_processes
         self.process_index = process_index
@@ -66,7 +75,9 @@ class DispatchedBatches:
 
     def _seed_generator(self) -> None:
         dataset = self.dataset
-        if not hasattr(dataset, "set_epoch") and isinstance(getattr(dataset, "generator", None), torch.Generator):
+        if not hasattr(dataset, "set_epoch") and isinstance(
+            getattr(dataset, "generator", None), torch.Generator
+        ):
             dataset.generator.manual_seed(self.seed + self.epoch)
 
     def __iter__(self) -> Iterator[Any]:
@@ -103,9 +114,11 @@ def _num_rows(batch: Any) -> int:
             return _num_rows(value)
     if isinstance(batch, (list, tuple)) and batch:
         return _num_rows(batch[0])
-    raise TypeError(f"DispatchedBatches: cannot find the batch size of a {type(batch).__name__} batch; the "
-                    "collator of an IterableDataset trained on several processes must return tensors, or dicts, "
-                    "lists or tuples of tensors")
+    raise TypeError(
+        f"DispatchedBatches: cannot find the batch size of a {type(batch).__name__} batch; the "
+        "collator of an IterableDataset trained on several processes must return tensors, or dicts, "
+        "lists or tuples of tensors"
+    )
 
 
 def _slice(batch: Any, start: int, stop: int) -> Any:
@@ -129,7 +142,8 @@ def _concatenate(batches: list[Any]) -> Any:
                 "An IterableDataset trained on several processes is shared out by joining the batches of the "
                 f"stream's last group, but they have different shapes ({shapes}): pad every batch of the stream "
                 "to the same length (e.g. `DataCollatorWithPadding(padding='max_length')`) or set "
-                "`TrainingArguments(dataloader_drop_last=True)`") from error
+                "`TrainingArguments(dataloader_drop_last=True)`"
+            ) from error
     if isinstance(head, Mapping):
         return cast(Any, type(head))({key: _concatenate([b[key] for b in batches]) for key in head})
     if isinstance(head, (list, tuple)):

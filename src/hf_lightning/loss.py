@@ -73,9 +73,7 @@ def loss_shifts_labels(model: nn.Module) -> bool:
     return name.endswith("ForCausalLM") or name.endswith("LMHeadModel")
 
 
-def count_items_in_batch(
-    batches: Sequence[Mapping[str, Any]], *, shift_labels: bool
-) -> torch.Tensor | None:
+def count_items_in_batch(batches: Sequence[Mapping[str, Any]], *, shift_labels: bool) -> torch.Tensor | None:
     """The number of target tokens in a whole accumulated batch, or None when it cannot be counted.
 
     A collator-provided ``shift_labels`` entry is counted as it is; otherwise ``labels[..., 1:]``
@@ -103,8 +101,13 @@ class LabelSmoother:
     epsilon: float = 0.1
     ignore_index: int = IGNORE_INDEX
 
-    def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False,
-                 num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        model_output: Any,
+        labels: torch.Tensor,
+        shift_labels: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
         logits = model_output["logits"] if isinstance(model_output, Mapping) else model_output[0]
         if shift_labels:
             logits = logits[..., :-1, :].contiguous()
@@ -139,15 +142,22 @@ class LossSettings:
     world_size: int = 1
 
     @classmethod
-    def for_model(cls, model: nn.Module, *, label_smoothing_factor: float = 0.0,
-                  compute_loss_func: Callable[..., torch.Tensor] | None = None,
-                  average_tokens_across_devices: bool = True, world_size: int = 1,
-                  shift_labels: bool | None = None,
-                  accepts_loss_kwargs: bool | None = None) -> LossSettings:
+    def for_model(
+        cls,
+        model: nn.Module,
+        *,
+        label_smoothing_factor: float = 0.0,
+        compute_loss_func: Callable[..., torch.Tensor] | None = None,
+        average_tokens_across_devices: bool = True,
+        world_size: int = 1,
+        shift_labels: bool | None = None,
+        accepts_loss_kwargs: bool | None = None,
+    ) -> LossSettings:
         """Inspect ``model`` once; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win."""
         return cls(
-            accepts_loss_kwargs=(model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None
-                                 else accepts_loss_kwargs),
+            accepts_loss_kwargs=(
+                model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None else accepts_loss_kwargs
+            ),
             shift_labels=loss_shifts_labels(model) if shift_labels is None else shift_labels,
             label_smoother=LabelSmoother(label_smoothing_factor) if label_smoothing_factor else None,
             compute_loss_func=compute_loss_func,
@@ -166,9 +176,14 @@ class LossSettings:
         )
 
 
-def compute_model_loss(model: nn.Module, inputs: Mapping[str, Any], settings: LossSettings, *,
-                       num_items_in_batch: torch.Tensor | int | None = None,
-                       return_outputs: bool = False) -> Any:
+def compute_model_loss(
+    model: nn.Module,
+    inputs: Mapping[str, Any],
+    settings: LossSettings,
+    *,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    return_outputs: bool = False,
+) -> Any:
     """Run ``model`` on one micro-batch and return its loss (and outputs), as transformers does."""
     inputs = dict(inputs)
     labels = None
@@ -181,11 +196,17 @@ def compute_model_loss(model: nn.Module, inputs: Mapping[str, Any], settings: Lo
         loss = settings.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
     elif labels is not None:
         smoother = cast(LabelSmoother, settings.label_smoother)  # set: labels were popped for it
-        loss = smoother(outputs, labels, shift_labels=settings.shift_labels, num_items_in_batch=num_items_in_batch)
+        loss = smoother(
+            outputs, labels, shift_labels=settings.shift_labels, num_items_in_batch=num_items_in_batch
+        )
     else:
         loss = _loss_from_outputs(outputs, inputs)
-    if (settings.average_tokens_across_devices and settings.counts_items()
-            and num_items_in_batch is not None and settings.world_size > 1):
+    if (
+        settings.average_tokens_across_devices
+        and settings.counts_items()
+        and num_items_in_batch is not None
+        and settings.world_size > 1
+    ):
         # The count is global; DDP averages gradients over ranks, so undo that average here.
         loss = loss * settings.world_size
     return (loss, outputs) if return_outputs else loss

@@ -23,7 +23,8 @@ def input_embeddings(model: nn.Module) -> nn.Module:
     if not isinstance(embeddings, nn.Module):
         raise ValueError(
             "`TrainingArguments(neftune_noise_alpha=...)` needs a model with `get_input_embeddings()` "
-            f"returning its embedding layer; {type(model).__name__} has none")
+            f"returning its embedding layer; {type(model).__name__} has none"
+        )
     return embeddings
 
 

@@ -49,8 +49,15 @@ __all__ = ["Trainer"]
 logger = logging.getLogger(__name__)
 
 
-class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, TrainerDataMixin, TrainerLoggingMixin,
-              TrainerEvalMixin, TrainerCheckpointMixin):
+class Trainer(
+    TrainerHPSearchMixin,
+    TrainerTrainMixin,
+    TrainerOptimMixin,
+    TrainerDataMixin,
+    TrainerLoggingMixin,
+    TrainerEvalMixin,
+    TrainerCheckpointMixin,
+):
     """Train, evaluate and predict with an HF-convention model, on Lightning.
 
     The constructor takes transformers' arguments, with the same meaning and defaults.
@@ -98,15 +105,21 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         if optimizer_cls_and_kwargs is not None and optimizers[0] is not None:
-            raise ValueError("Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible.")
+            raise ValueError(
+                "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
+            )
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
         default_callbacks: list[Any] = [DefaultFlowCallback]
         self.callback_handler = CallbackHandler(
-            default_callbacks + list(callbacks or []), self.model, self.processing_class,
-            self.optimizer, self.lr_scheduler)
+            default_callbacks + list(callbacks or []),
+            self.model,
+            self.processing_class,
+            self.optimizer,
+            self.lr_scheduler,
+        )
         self.add_callback(PrinterCallback if args.disable_tqdm else ProgressCallback)
         self._init_bookkeeping()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
@@ -135,8 +148,11 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
         self.state = TrainerState(
             is_local_process_zero=self.is_local_process_zero(),
             is_world_process_zero=self.is_world_process_zero(),
-            stateful_callbacks=[cb for cb in self.callback_handler.callbacks + [self.control]
-                                if isinstance(cb, ExportableState)],
+            stateful_callbacks=[
+                cb
+                for cb in self.callback_handler.callbacks + [self.control]
+                if isinstance(cb, ExportableState)
+            ],
         )
         self.is_in_train = False
         self.hp_name = None
@@ -179,8 +195,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
         self.callback_handler.remove_callback(callback)
 
     # --- the per-batch work users override -------------------------------------------------
-    def training_step(self, model: nn.Module, inputs: dict[str, Any],
-                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
         """Forward and backward on one micro-batch; returns the detached loss for logging."""
         ensure_training_mode(model)  # model.train(), without the walk when nothing would change
         inputs = self._prepare_inputs(inputs)
@@ -194,14 +211,20 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
             scaled = self.loss_is_scaled_for_ga
         else:
             scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
-                self.compute_loss_func is not None)
+                self.compute_loss_func is not None
+            )
         if not scaled:
             loss = loss / self.current_gradient_accumulation_steps
         self.accelerator.backward(loss)
         return loss.detach()
 
-    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
-                     num_items_in_batch: torch.Tensor | int | None = None) -> Any:
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Any:
         """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
         settings = LossSettings(
             accepts_loss_kwargs=self.model_accepts_loss_kwargs,
@@ -211,8 +234,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
             average_tokens_across_devices=self.args.average_tokens_across_devices,
             world_size=self.accelerator.num_processes,
         )
-        return compute_model_loss(model, inputs, settings, num_items_in_batch=num_items_in_batch,
-                                  return_outputs=return_outputs)
+        return compute_model_loss(
+            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
+        )
 
     def _label_smoother(self) -> Any:
         from hf_lightning.loss import LabelSmoother
@@ -232,7 +256,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
             stack.enter_context(ctx)
         return stack
 
-    def autocast_smart_context_manager(self, cache_enabled: bool | None = True) -> contextlib.AbstractContextManager:
+    def autocast_smart_context_manager(
+        self, cache_enabled: bool | None = True
+    ) -> contextlib.AbstractContextManager:
         """A null context: Lightning's precision plugin already autocasts the training step."""
         return contextlib.nullcontext()
 
@@ -241,7 +267,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
         device = self.accelerator.device
         return _to_device(inputs, device)
 
-    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any = None) -> tuple[list, Any]:
+    def get_batch_samples(
+        self, epoch_iterator: Any, num_batches: int, device: Any = None
+    ) -> tuple[list, Any]:
         """Take up to ``num_batches`` micro-batches and count their target tokens (``num_items_in_batch``).
 
         The Lightning module does this once per window (``AccumulationWindows``); this method is the
@@ -281,7 +309,9 @@ class Trainer(TrainerHPSearchMixin, TrainerTrainMixin, TrainerOptimMixin, Traine
         return 1
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        raise NotImplementedError("Pushing to the Hugging Face Hub (`init_hf_repo`) is not supported by hf_lightning yet")
+        raise NotImplementedError(
+            "Pushing to the Hugging Face Hub (`init_hf_repo`) is not supported by hf_lightning yet"
+        )
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")

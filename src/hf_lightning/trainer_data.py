@@ -51,31 +51,58 @@ class TrainerDataMixin(TrainerBase):
         """The training DataLoader: sampler from ``train_sampling_strategy``, workers from the arguments."""
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
-        return self._get_dataloader(self.train_dataset, "training", self._train_batch_size,
-                                    sampler_fn=self._get_train_sampler, is_training=True)
+        return self._get_dataloader(
+            self.train_dataset,
+            "training",
+            self._train_batch_size,
+            sampler_fn=self._get_train_sampler,
+            is_training=True,
+        )
 
     def _signature(self) -> list[str]:
         if self._signature_columns is None:
             self._signature_columns = signature_columns(self.model, self.label_names)
         return self._signature_columns
 
-    def _get_dataloader(self, dataset: Any, description: str, batch_size: int, sampler_fn: Any = None,
-                        is_training: bool = False) -> DataLoader | DispatchedBatches:
+    def _get_dataloader(
+        self,
+        dataset: Any,
+        description: str,
+        batch_size: int,
+        sampler_fn: Any = None,
+        is_training: bool = False,
+    ) -> DataLoader | DispatchedBatches:
         args = self.args
         collator = self.data_collator
         lengths = None
-        if is_training and args.train_sampling_strategy in ("group_by_length", "batch_rebalance") \
-                and has_length(dataset) and not isinstance(dataset, IterableDataset):
+        if (
+            is_training
+            and args.train_sampling_strategy in ("group_by_length", "batch_rebalance")
+            and has_length(dataset)
+            and not isinstance(dataset, IterableDataset)
+        ):
             lengths = self._lengths(dataset)  # read before unused columns (the length column) are dropped
         if args.remove_unused_columns:
             if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-                dataset = remove_unused_columns(dataset, self._signature(), self.label_names,
-                                                description=description, model_name=type(self.model).__name__)
+                dataset = remove_unused_columns(
+                    dataset,
+                    self._signature(),
+                    self.label_names,
+                    description=description,
+                    model_name=type(self.model).__name__,
+                )
             else:
-                collator = RemoveColumnsCollator(collator, self._signature(), logger=logger,
-                                                 model_name=type(self.model).__name__, description=description)
+                collator = RemoveColumnsCollator(
+                    collator,
+                    self._signature(),
+                    logger=logger,
+                    model_name=type(self.model).__name__,
+                    description=description,
+                )
         params: dict[str, Any] = {
-            "batch_size": batch_size, "collate_fn": collator, "num_workers": args.dataloader_num_workers,
+            "batch_size": batch_size,
+            "collate_fn": collator,
+            "num_workers": args.dataloader_num_workers,
             "pin_memory": args.dataloader_pin_memory and torch.cuda.is_available(),
             "persistent_workers": args.dataloader_persistent_workers,
         }
@@ -92,24 +119,36 @@ class TrainerDataMixin(TrainerBase):
                 params["sampler"] = sampler
                 params["drop_last"] = args.dataloader_drop_last
             if is_training:
-                params["worker_init_fn"] = partial(seed_worker, num_workers=args.dataloader_num_workers,
-                                                   rank=args.process_index)
+                params["worker_init_fn"] = partial(
+                    seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
+                )
         else:
             # transformers leaves drop_last off for a stream; its documentation promises to drop the last
             # incomplete batch, so the stream's is dropped too (docs/divergences.md).
             params["drop_last"] = args.dataloader_drop_last
         if isinstance(dataset, IterableDataset) and is_training:
             if args.max_steps <= 0:
-                raise ValueError("`TrainingArguments(max_steps=...)` must be a positive number of steps when "
-                                 "train_dataset is an IterableDataset (it has no length to count epochs with)")
+                raise ValueError(
+                    "`TrainingArguments(max_steps=...)` must be a positive number of steps when "
+                    "train_dataset is an IterableDataset (it has no length to count epochs with)"
+                )
             if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
-                logger.warning("`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
-                               "is an IterableDataset, whose examples are read in the dataset's own order.",
-                               args.train_sampling_strategy)
-            if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
+                logger.warning(
+                    "`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
+                    "is an IterableDataset, whose examples are read in the dataset's own order.",
+                    args.train_sampling_strategy,
+                )
+            if (
+                args.world_size > 1
+            ):  # each process trains on its share of the stream, as accelerate dispatches it
                 seed = args.data_seed if args.data_seed is not None else args.seed
-                return DispatchedBatches(DataLoader(dataset, **params), args.world_size, args.process_index,
-                                         drop_last=args.dataloader_drop_last, seed=seed)
+                return DispatchedBatches(
+                    DataLoader(dataset, **params),
+                    args.world_size,
+                    args.process_index,
+                    drop_last=args.dataloader_drop_last,
+                    seed=seed,
+                )
         return DataLoader(dataset, **params)
 
     def _lengths(self, dataset: Any) -> list[int]:
@@ -132,11 +171,17 @@ class TrainerDataMixin(TrainerBase):
             raise ValueError(
                 "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
-                "choose one of: 'random', 'sequential', 'group_by_length'")
+                "choose one of: 'random', 'sequential', 'group_by_length'"
+            )
         seed = args.data_seed if args.data_seed is not None else args.seed
         sampler, batch_sampler = build_train_sampler(
-            args.train_sampling_strategy, lengths if lengths is not None else len(dataset),
-            batch_size=self._train_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
-            num_replicas=max(args.world_size, 1), rank=args.process_index, seed=seed,
-            drop_last=args.dataloader_drop_last)
+            args.train_sampling_strategy,
+            lengths if lengths is not None else len(dataset),
+            batch_size=self._train_batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            num_replicas=max(args.world_size, 1),
+            rank=args.process_index,
+            seed=seed,
+            drop_last=args.dataloader_drop_last,
+        )
         return batch_sampler if batch_sampler is not None else sampler

@@ -28,14 +28,23 @@ class TrainerLoggingMixin(TrainerBase):
         self.state.log_history.append(output)
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
 
-    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: Any, model: Any, trial: Any,
-                                 epoch: float, ignore_keys_for_eval: list[str] | None, start_time: float,
-                                 learning_rate: float | None = None) -> None:
+    def _maybe_log_save_evaluate(
+        self,
+        tr_loss: torch.Tensor,
+        grad_norm: Any,
+        model: Any,
+        trial: Any,
+        epoch: float,
+        ignore_keys_for_eval: list[str] | None,
+        start_time: float,
+        learning_rate: float | None = None,
+    ) -> None:
         if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
             tr_loss_scalar = self.accelerator.gather(tr_loss.detach()).mean().item()
             tr_loss -= tr_loss
             logs: dict[str, float] = {
-                "loss": tr_loss_scalar / (self.state.global_step - self._globalstep_last_logged)}
+                "loss": tr_loss_scalar / (self.state.global_step - self._globalstep_last_logged)
+            }
             if grad_norm is not None:
                 logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
             logs["learning_rate"] = learning_rate if learning_rate is not None else self._get_learning_rate()
@@ -54,7 +63,10 @@ class TrainerLoggingMixin(TrainerBase):
 
     def _get_learning_rate(self) -> float:
         scheduler = self.lr_scheduler
-        if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) or \
-                not hasattr(scheduler, "get_last_lr"):
+        if (
+            scheduler is None
+            or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            or not hasattr(scheduler, "get_last_lr")
+        ):
             return float(self.optimizer.param_groups[0]["lr"])
         return float(scheduler.get_last_lr()[0])

@@ -54,8 +54,16 @@ class TrainLoopDriver:
     places_inputs = True
     """``Trainer._prepare_inputs`` puts each micro-batch on the device (as in transformers)."""
 
-    def __init__(self, trainer: Any, *, steps_in_epoch: int, epochs_trained: int, trial: Any,
-                 ignore_keys_for_eval: list[str] | None, steps_trained_in_current_epoch: int = 0) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        *,
+        steps_in_epoch: int,
+        epochs_trained: int,
+        trial: Any,
+        ignore_keys_for_eval: list[str] | None,
+        steps_trained_in_current_epoch: int = 0,
+    ) -> None:
         self.trainer = trainer
         self.steps_in_epoch = steps_in_epoch
         self.epochs_trained = epochs_trained
@@ -82,9 +90,16 @@ class TrainLoopDriver:
 
     def _maybe_log_save_evaluate(self) -> None:
         t = self.trainer
-        t._maybe_log_save_evaluate(t._tr_loss, self.grad_norm, t.model, self.trial, self.epoch,
-                                   self.ignore_keys_for_eval, self.start_time,
-                                   learning_rate=self.learning_rate)
+        t._maybe_log_save_evaluate(
+            t._tr_loss,
+            self.grad_norm,
+            t.model,
+            self.trial,
+            self.epoch,
+            self.ignore_keys_for_eval,
+            self.start_time,
+            learning_rate=self.learning_rate,
+        )
         if t.control.should_training_stop:
             self.module.trainer.should_stop = True
 

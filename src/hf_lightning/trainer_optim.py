@@ -28,7 +28,9 @@ class TrainerOptimMixin(TrainerBase):
             self.optimizer = _optim.create_optimizer(target, self.args, self.optimizer_cls_and_kwargs)
         return self.optimizer
 
-    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+    def create_scheduler(
+        self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
+    ) -> Any:
         """The scheduler of ``args.lr_scheduler_type`` for ``num_training_steps`` optimizer steps."""
         if self.lr_scheduler is None:
             self.lr_scheduler = _optim.get_scheduler(
@@ -53,13 +55,17 @@ class TrainerOptimMixin(TrainerBase):
     def get_learning_rates(self) -> list[float]:
         """The learning rate of each parameter group."""
         if self.optimizer is None:
-            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+            raise ValueError(
+                "Trainer optimizer is None, please make sure you have setup the optimizer before."
+            )
         return [group["lr"] for group in self.optimizer.param_groups]
 
     def get_optimizer_group(self, param: str | torch.nn.Parameter | None = None) -> Any:
         """The parameter group holding ``param``, or every group's parameters when None."""
         if self.optimizer is None:
-            raise ValueError("Trainer optimizer is None, please make sure you have setup the optimizer before.")
+            raise ValueError(
+                "Trainer optimizer is None, please make sure you have setup the optimizer before."
+            )
         if param is not None:
             for group in self.optimizer.param_groups:
                 if any(p is param for p in group["params"]):

@@ -28,8 +28,13 @@ logger = logging.getLogger(__name__)
 class TrainerTrainMixin(TrainerBase):
     """``train``, ``set_initial_training_values`` and the bookkeeping around one training run."""
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
-              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+        **kwargs: Any,
+    ) -> TrainOutput:
         """Train the model; resume from a checkpoint folder (or the newest one when True)."""
         if kwargs:
             raise TypeError(f"train() got unexpected keyword arguments: {', '.join(kwargs)}.")
@@ -51,8 +56,12 @@ class TrainerTrainMixin(TrainerBase):
         if resume_from_checkpoint is not None:
             self._load_from_checkpoint(resume_from_checkpoint)
         self._train_batch_size = args.train_batch_size
-        run = dict(args=args, resume_from_checkpoint=resume_from_checkpoint, trial=trial,
-                   ignore_keys_for_eval=ignore_keys_for_eval)
+        run = dict(
+            args=args,
+            resume_from_checkpoint=resume_from_checkpoint,
+            trial=trial,
+            ignore_keys_for_eval=ignore_keys_for_eval,
+        )
         if not args.auto_find_batch_size:
             return self._inner_training_loop(**run)
         if resume_from_checkpoint is not None:  # continue with the batch size the checkpointed run found
@@ -67,6 +76,7 @@ class TrainerTrainMixin(TrainerBase):
         transformers retries through accelerate's ``find_executable_batch_size`` (``int(0.9 × size)``,
         the "exponential decay" its documentation names); ours does the same and logs each retry.
         """
+
         def attempt(batch_size: int) -> TrainOutput:
             self._train_batch_size = batch_size
             return self._inner_training_loop(**run)
@@ -76,16 +86,28 @@ class TrainerTrainMixin(TrainerBase):
     def _hp_search_setup(self, trial: Any) -> None:
         """Apply a trial's hyperparameters (hyperparameter_search overrides this step)."""
 
-    def _inner_training_loop(self, args: Any, resume_from_checkpoint: str | None, trial: Any,
-                             ignore_keys_for_eval: list[str] | None) -> TrainOutput:
+    def _inner_training_loop(
+        self,
+        args: Any,
+        resume_from_checkpoint: str | None,
+        trial: Any,
+        ignore_keys_for_eval: list[str] | None,
+    ) -> TrainOutput:
         from hf_lightning.adapters.fit import FitRequest, run_fit
 
         train_dataloader = self.get_train_dataloader()
-        (num_train_epochs, num_update_steps_per_epoch, num_examples, num_train_samples,
-         total_train_batch_size, steps_in_epoch, max_steps) = self.set_initial_training_values(
-            args, train_dataloader)
+        (
+            num_train_epochs,
+            num_update_steps_per_epoch,
+            num_examples,
+            num_train_samples,
+            total_train_batch_size,
+            steps_in_epoch,
+            max_steps,
+        ) = self.set_initial_training_values(args, train_dataloader)
         epochs_trained, steps_trained = self._init_training_state(
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
         if self._created_lr_scheduler:
             self.lr_scheduler, self._created_lr_scheduler = None, False
         self.create_optimizer_and_scheduler(num_training_steps=max_steps)
@@ -93,33 +115,55 @@ class TrainerTrainMixin(TrainerBase):
             self._load_optimizer_and_scheduler(resume_from_checkpoint)
         self._activate_neftune()
         self._apply_runtime_options()
-        self._log_run_header(num_examples, num_train_epochs, num_update_steps_per_epoch,
-                             total_train_batch_size, max_steps)
+        self._log_run_header(
+            num_examples, num_train_epochs, num_update_steps_per_epoch, total_train_batch_size, max_steps
+        )
         self._initial_num_input_tokens_seen = self.state.num_input_tokens_seen
         self._initial_global_step = self.state.global_step
         self._tr_loss = torch.tensor(0.0)
         self._total_loss_scalar = 0.0
         self._globalstep_last_logged = self.state.global_step
-        driver = TrainLoopDriver(self, steps_in_epoch=steps_in_epoch, epochs_trained=epochs_trained,
-                                 trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
-                                 steps_trained_in_current_epoch=steps_trained)
+        driver = TrainLoopDriver(
+            self,
+            steps_in_epoch=steps_in_epoch,
+            epochs_trained=epochs_trained,
+            trial=trial,
+            ignore_keys_for_eval=ignore_keys_for_eval,
+            steps_trained_in_current_epoch=steps_trained,
+        )
         request = FitRequest(
-            trainer=self, driver=driver, dataloader=train_dataloader, max_steps=max_steps,
-            num_train_epochs=num_train_epochs, num_update_steps_per_epoch=num_update_steps_per_epoch,
-            initial_global_step=self.state.global_step, epochs_trained=epochs_trained,
-            skip_windows=steps_trained // max(args.gradient_accumulation_steps, 1))
+            trainer=self,
+            driver=driver,
+            dataloader=train_dataloader,
+            max_steps=max_steps,
+            num_train_epochs=num_train_epochs,
+            num_update_steps_per_epoch=num_update_steps_per_epoch,
+            initial_global_step=self.state.global_step,
+            epochs_trained=epochs_trained,
+            skip_windows=steps_trained // max(args.gradient_accumulation_steps, 1),
+        )
         try:
             run_fit(request)
         finally:
             self.accelerator.bind(None)
         return self._finalize_training(trial, num_train_samples, driver.start_time)
 
-    def _init_training_state(self, max_steps: int, num_update_steps_per_epoch: int, num_train_epochs: int,
-                             resume_from_checkpoint: str | None, trial: Any) -> tuple[int, int]:
+    def _init_training_state(
+        self,
+        max_steps: int,
+        num_update_steps_per_epoch: int,
+        num_train_epochs: int,
+        resume_from_checkpoint: str | None,
+        trial: Any,
+    ) -> tuple[int, int]:
         """A fresh ``TrainerState`` (or the checkpoint's); returns (epochs_trained, micro-batches to skip)."""
         self.state = TrainerState(
-            stateful_callbacks=[cb for cb in self.callback_handler.callbacks + [self.control]
-                                if isinstance(cb, ExportableState)])
+            stateful_callbacks=[
+                cb
+                for cb in self.callback_handler.callbacks + [self.control]
+                if isinstance(cb, ExportableState)
+            ]
+        )
         self.state.is_hyper_param_search = trial is not None
         self.state.train_batch_size = self._train_batch_size
         self.state.compute_steps(self.args, max_steps)
@@ -133,14 +177,17 @@ class TrainerTrainMixin(TrainerBase):
                 self._load_callback_state()
                 epochs_trained = int(self.state.global_step // num_update_steps_per_epoch)
                 if not self.args.ignore_data_skip:
-                    steps_trained = (self.state.global_step % num_update_steps_per_epoch) * \
-                        self.args.gradient_accumulation_steps
+                    steps_trained = (
+                        self.state.global_step % num_update_steps_per_epoch
+                    ) * self.args.gradient_accumulation_steps
         self.state.init_training_references(self, max_steps, num_train_epochs, trial)
         self.state.is_local_process_zero = self.is_local_process_zero()
         self.state.is_world_process_zero = self.is_world_process_zero()
         return epochs_trained, steps_trained
 
-    def set_initial_training_values(self, args: Any, dataloader: Any) -> tuple[int, int, int, int, int, int, int]:
+    def set_initial_training_values(
+        self, args: Any, dataloader: Any
+    ) -> tuple[int, int, int, int, int, int, int]:
         """(num_train_epochs, num_update_steps_per_epoch, num_examples, num_train_samples,
         total_train_batch_size, steps_in_epoch, max_steps), as transformers computes them."""
         max_steps = args.max_steps
@@ -157,7 +204,8 @@ class TrainerTrainMixin(TrainerBase):
             num_examples = self.num_examples(dataloader)
             if args.max_steps > 0:
                 num_train_epochs = max_steps // num_update_steps_per_epoch + int(
-                    max_steps % num_update_steps_per_epoch > 0)
+                    max_steps % num_update_steps_per_epoch > 0
+                )
                 num_train_samples = max_steps * total_train_batch_size
             else:
                 num_train_epochs = math.ceil(args.num_train_epochs)
@@ -168,11 +216,20 @@ class TrainerTrainMixin(TrainerBase):
             num_examples = total_train_batch_size * args.max_steps
             num_train_samples = args.max_steps * total_train_batch_size
         else:
-            raise ValueError("`TrainingArguments(max_steps=...)` must be set to a positive value when the "
-                             f"training dataloader has no length, got {args.max_steps}")
+            raise ValueError(
+                "`TrainingArguments(max_steps=...)` must be set to a positive value when the "
+                f"training dataloader has no length, got {args.max_steps}"
+            )
         steps_in_epoch = len_dataloader if len_dataloader is not None else max_steps * ga
-        return (num_train_epochs, num_update_steps_per_epoch, num_examples, num_train_samples,
-                total_train_batch_size, steps_in_epoch, max_steps)
+        return (
+            num_train_epochs,
+            num_update_steps_per_epoch,
+            num_examples,
+            num_train_samples,
+            total_train_batch_size,
+            steps_in_epoch,
+            max_steps,
+        )
 
     def get_total_train_batch_size(self, args: Any) -> int:
         """per-device batch × gradient accumulation × data-parallel world size."""
@@ -195,7 +252,10 @@ class TrainerTrainMixin(TrainerBase):
         if main_input in inputs and hasattr(self.model, "num_parameters"):
             cached = getattr(self, "_non_embedding_params", None)
             if cached is None or cached[0] is not self.model:  # counted once per model, not per micro-batch
-                cached = self._non_embedding_params = (self.model, self.model.num_parameters(exclude_embeddings=True))
+                cached = self._non_embedding_params = (
+                    self.model,
+                    self.model.num_parameters(exclude_embeddings=True),
+                )
             return 6 * inputs[main_input].numel() * cached[1]
         return 0
 
@@ -222,22 +282,33 @@ class TrainerTrainMixin(TrainerBase):
         count = self.accelerator.reduce(count.to(self.accelerator.device), "sum")
         self.state.num_input_tokens_seen += int(count)
 
-    def _log_run_header(self, num_examples: int, epochs: int, steps_per_epoch: int, total_batch: int,
-                        max_steps: int) -> None:
+    def _log_run_header(
+        self, num_examples: int, epochs: int, steps_per_epoch: int, total_batch: int, max_steps: int
+    ) -> None:
         logger.info("***** Running training *****")
-        logger.info("  Num examples = %s, Num Epochs = %s, update steps per epoch = %s",
-                    f"{num_examples:,}", f"{epochs:,}", f"{steps_per_epoch:,}")
-        logger.info("  Total train batch size = %s, Gradient Accumulation steps = %s, "
-                    "Total optimization steps = %s", f"{total_batch:,}",
-                    self.args.gradient_accumulation_steps, f"{max_steps:,}")
+        logger.info(
+            "  Num examples = %s, Num Epochs = %s, update steps per epoch = %s",
+            f"{num_examples:,}",
+            f"{epochs:,}",
+            f"{steps_per_epoch:,}",
+        )
+        logger.info(
+            "  Total train batch size = %s, Gradient Accumulation steps = %s, Total optimization steps = %s",
+            f"{total_batch:,}",
+            self.args.gradient_accumulation_steps,
+            f"{max_steps:,}",
+        )
 
     def _finalize_training(self, trial: Any, num_train_samples: int, start_time: float) -> TrainOutput:
         self._total_loss_scalar += self._tr_loss.item()
         steps_run = self.state.global_step - self._initial_global_step
         train_loss = self._total_loss_scalar / max(steps_run, 0.001)
-        metrics = speed_metrics("train", start_time,
-                                num_samples=num_train_samples * steps_run / max(self.state.max_steps, 1),
-                                num_steps=steps_run)
+        metrics = speed_metrics(
+            "train",
+            start_time,
+            num_samples=num_train_samples * steps_run / max(self.state.max_steps, 1),
+            num_steps=steps_run,
+        )
         self.store_flos()
         metrics["total_flos"] = self.state.total_flos
         metrics["train_loss"] = train_loss
@@ -255,7 +326,11 @@ class TrainerTrainMixin(TrainerBase):
 
     def _get_output_dir(self, trial: Any) -> str:
         run_name = getattr(self, "_trial_run_name", None)
-        return os.path.join(self.args.output_dir, run_name) if trial is not None and run_name else self.args.output_dir
+        return (
+            os.path.join(self.args.output_dir, run_name)
+            if trial is not None and run_name
+            else self.args.output_dir
+        )
 
     def _apply_runtime_options(self) -> None:
         """``activation_checkpointing`` on the model and ``tf32`` on CUDA matmuls, as transformers."""
@@ -265,14 +340,18 @@ class TrainerTrainMixin(TrainerBase):
             every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             if callable(enable):
-                enable(activation_checkpointing_kwargs=kwargs or None, every_n_layers=every_n_layers,
-                       offload=offload)
+                enable(
+                    activation_checkpointing_kwargs=kwargs or None,
+                    every_n_layers=every_n_layers,
+                    offload=offload,
+                )
             elif callable(getattr(self.model, "gradient_checkpointing_enable", None)):
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
             else:
                 raise ValueError(
                     "`TrainingArguments(activation_checkpointing=True)` needs a model with "
-                    f"`activation_checkpointing_enable()` (a PreTrainedModel); {type(self.model).__name__} has none")
+                    f"`activation_checkpointing_enable()` (a PreTrainedModel); {type(self.model).__name__} has none"
+                )
         if args.tf32 is not None and torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
             torch.backends.cudnn.allow_tf32 = bool(args.tf32)
@@ -290,4 +369,3 @@ class TrainerTrainMixin(TrainerBase):
         if handle is not None:
             handle.remove()
             self._neftune_handle = None
-

@@ -264,7 +264,8 @@ def _train_sets_mode_only(cls: type) -> bool:
     if known is None:
         train = cast(Any, cls).train
         known = train is torch.nn.Module.train or (
-            train.__qualname__ == "PreTrainedModel.train" and train.__module__.startswith("transformers."))
+            train.__qualname__ == "PreTrainedModel.train" and train.__module__.startswith("transformers.")
+        )
         _MODE_ONLY_TRAIN[cls] = known
     return known
 
@@ -283,7 +284,9 @@ def ensure_training_mode(model: torch.nn.Module) -> None:
         module = pop()
         if module is None:  # a registered ``None`` submodule
             continue
-        if not module.training or not (_MODE_ONLY_TRAIN.get(type(module)) or _train_sets_mode_only(type(module))):
+        if not module.training or not (
+            _MODE_ONLY_TRAIN.get(type(module)) or _train_sets_mode_only(type(module))
+        ):
             model.train()
             return
         push(module._modules.values())

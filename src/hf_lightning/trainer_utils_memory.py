@@ -236,8 +236,11 @@ def find_executable_batch_size(
                     raise
             # Outside the except block the failed call's frames (and their tensors) are already released.
             smaller = int(batch_size * 0.9)
-            logger.warning("auto_find_batch_size: out of memory with batch_size=%d; retrying with %d.",
-                           batch_size, smaller)
+            logger.warning(
+                "auto_find_batch_size: out of memory with batch_size=%d; retrying with %d.",
+                batch_size,
+                smaller,
+            )
             batch_size = smaller
             _release_memory()
 

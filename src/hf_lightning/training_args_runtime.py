@@ -67,7 +67,6 @@ class RuntimeMixin:
         # The fields come from the TrainingArguments dataclass this mixin is part of.
         def __getattr__(self, name: str) -> Any: ...
 
-
     @property
     def world_size(self) -> int:
         """Number of processes taking part in training."""

@@ -51,7 +51,6 @@ class SettersMixin:
 
         def __getattr__(self, name: str) -> Any: ...
 
-
     def set_training(
         self,
         learning_rate: float = 5e-5,

@@ -7,11 +7,19 @@ from typing import Any
 
 import torch
 
-BASE_ARGS: dict[str, Any] = dict(report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0)
+BASE_ARGS: dict[str, Any] = dict(
+    report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0
+)
 
 
-def run_both(model_fn: Callable[[str], torch.nn.Module], train_dataset: Any, tmp_path, *,
-             trainer_kwargs: dict[str, Any] | None = None, **arg_kwargs: Any) -> dict[str, Any]:
+def run_both(
+    model_fn: Callable[[str], torch.nn.Module],
+    train_dataset: Any,
+    tmp_path,
+    *,
+    trainer_kwargs: dict[str, Any] | None = None,
+    **arg_kwargs: Any,
+) -> dict[str, Any]:
     """Train the same model on the same data with both trainers; returns {'hf': trainer, 'ours': trainer}."""
     import transformers
 
@@ -20,8 +28,9 @@ def run_both(model_fn: Callable[[str], torch.nn.Module], train_dataset: Any, tmp
     out = {}
     for name, lib in (("hf", transformers), ("ours", hf_lightning)):
         args = lib.TrainingArguments(output_dir=str(tmp_path / name), **{**BASE_ARGS, **arg_kwargs})
-        trainer = lib.Trainer(model=model_fn(name), args=args, train_dataset=train_dataset,
-                              **(trainer_kwargs or {}))
+        trainer = lib.Trainer(
+            model=model_fn(name), args=args, train_dataset=train_dataset, **(trainer_kwargs or {})
+        )
         trainer.train()
         out[name] = trainer
     return out
@@ -32,7 +41,9 @@ def step_logs(trainer: Any) -> list[dict[str, float]]:
     return [h for h in trainer.state.log_history if "loss" in h]
 
 
-def assert_same_logs(hf: Any, ours: Any, keys=("loss", "learning_rate", "grad_norm"), rel: float = 1e-4) -> None:
+def assert_same_logs(
+    hf: Any, ours: Any, keys=("loss", "learning_rate", "grad_norm"), rel: float = 1e-4
+) -> None:
     theirs, mine = step_logs(hf), step_logs(ours)
     assert [h["step"] for h in mine] == [h["step"] for h in theirs]
     for a, b in zip(theirs, mine):

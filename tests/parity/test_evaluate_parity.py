@@ -288,7 +288,9 @@ def test_hf_module_validation_and_test_loss_equal_transformers_eval_loss(tmp_pat
     data = make_data(10)
     theirs = make_trainer("theirs", tmp_path, compute_metrics=None).evaluate(data)["eval_loss"]
     loader = torch.utils.data.DataLoader(data, batch_size=4, collate_fn=collate)
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
     module = HFModule(gpt2(), hf_lightning.TrainingArguments(str(tmp_path / "lit")))
     (validated,) = trainer.validate(module, loader, verbose=False)
     (tested,) = trainer.test(module, loader, verbose=False)

@@ -29,8 +29,15 @@ class CountingTrain(RegressionModel):
 
 def test_custom_train_override_is_called_as_often_as_transformers_calls_it(tmp_path):
     """gradient_accumulation_steps=2, 3 steps: one call per micro-batch in both trainers."""
-    both = run_both(lambda _: CountingTrain(), regression_data(48), tmp_path, per_device_train_batch_size=4,
-                    gradient_accumulation_steps=2, max_steps=3, learning_rate=0.1)
+    both = run_both(
+        lambda _: CountingTrain(),
+        regression_data(48),
+        tmp_path,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        learning_rate=0.1,
+    )
     assert both["ours"].model.train_calls == both["hf"].model.train_calls
     assert both["ours"].model.train_calls >= 6
 
@@ -46,8 +53,15 @@ def _dropout_modes_seen(lib, tmp_path) -> list[bool]:
             if state.global_step in (1, 2):
                 model.dropout.eval()
 
-    args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_train_batch_size=4, max_steps=4,
-                                 report_to="none", save_strategy="no", use_cpu=True, disable_tqdm=True)
+    args = lib.TrainingArguments(
+        output_dir=str(tmp_path / lib.__name__),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     lib.Trainer(model=model, args=args, train_dataset=regression_data(32), callbacks=[EvalDropout()]).train()
     return seen
 

@@ -10,9 +10,14 @@ from tests.parity._run import BASE_ARGS, assert_same_logs, run_both, step_logs
 from tests.tiny import RegressionModel, causal_lm_data, regression_data, tiny_gpt2
 
 SCHEDULES = [
-    ("linear", None), ("cosine", None), ("cosine_with_restarts", {"num_cycles": 2}),
-    ("polynomial", {"power": 2.0, "lr_end": 1e-5}), ("constant", None), ("constant_with_warmup", None),
-    ("inverse_sqrt", None), ("cosine_with_min_lr", {"min_lr": 1e-4}),
+    ("linear", None),
+    ("cosine", None),
+    ("cosine_with_restarts", {"num_cycles": 2}),
+    ("polynomial", {"power": 2.0, "lr_end": 1e-5}),
+    ("constant", None),
+    ("constant_with_warmup", None),
+    ("inverse_sqrt", None),
+    ("cosine_with_min_lr", {"min_lr": 1e-4}),
     ("cosine_warmup_with_min_lr", {"min_lr_rate": 0.1}),
     ("warmup_stable_decay", {"num_decay_steps": 4, "num_stable_steps": 4}),
 ]
@@ -21,9 +26,18 @@ SCHEDULES = [
 @pytest.mark.parametrize(("schedule", "kwargs"), SCHEDULES, ids=[s for s, _ in SCHEDULES])
 def test_every_lr_scheduler_type_logs_transformers_learning_rates(tmp_path, schedule, kwargs):
     """The learning rate logged at every step equals transformers' (1e-7)."""
-    runs = run_both(lambda name: RegressionModel(), regression_data(48), tmp_path, per_device_train_batch_size=4,
-                    max_steps=12, warmup_steps=3, logging_steps=1, learning_rate=0.01,
-                    lr_scheduler_type=schedule, lr_scheduler_kwargs=kwargs or {})
+    runs = run_both(
+        lambda name: RegressionModel(),
+        regression_data(48),
+        tmp_path,
+        per_device_train_batch_size=4,
+        max_steps=12,
+        warmup_steps=3,
+        logging_steps=1,
+        learning_rate=0.01,
+        lr_scheduler_type=schedule,
+        lr_scheduler_kwargs=kwargs or {},
+    )
     theirs = [h["learning_rate"] for h in step_logs(runs["hf"])]
     ours = [h["learning_rate"] for h in step_logs(runs["ours"])]
     assert len(ours) == 12
@@ -44,6 +58,7 @@ class _Recorder:
         def handler(_self, args, state, control, **kwargs):
             self.seen.append(event)
             self.kwargs.setdefault(event, set()).update(kwargs)
+
         return handler
 
 
@@ -54,10 +69,17 @@ def test_callback_event_sequence_equals_transformers(tmp_path):
     recorded = {}
     for name, lib in (("hf", transformers), ("ours", hf_lightning)):
         rec = _Recorder(lib)
-        args = lib.TrainingArguments(output_dir=str(tmp_path / name), **BASE_ARGS, per_device_train_batch_size=4,
-                                     gradient_accumulation_steps=2, num_train_epochs=2, logging_steps=2)
-        trainer = lib.Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(24),
-                              callbacks=[rec.callback])
+        args = lib.TrainingArguments(
+            output_dir=str(tmp_path / name),
+            **BASE_ARGS,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            num_train_epochs=2,
+            logging_steps=2,
+        )
+        trainer = lib.Trainer(
+            model=RegressionModel(), args=args, train_dataset=regression_data(24), callbacks=[rec.callback]
+        )
         trainer.train()
         recorded[name] = rec
     assert recorded["ours"].seen == recorded["hf"].seen
@@ -73,10 +95,16 @@ def test_control_should_training_stop_is_honoured(tmp_path):
             if state.global_step == 3:
                 control.should_training_stop = True
 
-    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                          num_train_epochs=3, logging_steps=1)
-    trainer = hf_lightning.Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(40),
-                                   callbacks=[StopAt3()])
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path),
+        **BASE_ARGS,
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        logging_steps=1,
+    )
+    trainer = hf_lightning.Trainer(
+        model=RegressionModel(), args=args, train_dataset=regression_data(40), callbacks=[StopAt3()]
+    )
     out = trainer.train()
     assert out.global_step == 3
     assert [h["step"] for h in step_logs(trainer)] == [1, 2, 3]
@@ -91,32 +119,54 @@ def test_compute_loss_func_receives_transformers_num_items(tmp_path):
             seen[name].append(int(num_items_in_batch))
             logits = outputs.logits[..., :-1, :].reshape(-1, outputs.logits.shape[-1])
             target = labels[..., 1:].reshape(-1)
-            return torch.nn.functional.cross_entropy(logits, target, ignore_index=-100,
-                                                     reduction="sum") / num_items_in_batch
+            return (
+                torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+                / num_items_in_batch
+            )
+
         return loss_fn
 
     import transformers
 
     for name, lib in (("hf", transformers), ("ours", hf_lightning)):
-        args = lib.TrainingArguments(output_dir=str(tmp_path / name), **BASE_ARGS, per_device_train_batch_size=2,
-                                     gradient_accumulation_steps=3, max_steps=3, logging_steps=1)
-        trainer = lib.Trainer(model=tiny_gpt2(fix_hf_count=name == "hf"), args=args,
-                              train_dataset=causal_lm_data(n=18), compute_loss_func=make_loss(name))
+        args = lib.TrainingArguments(
+            output_dir=str(tmp_path / name),
+            **BASE_ARGS,
+            per_device_train_batch_size=2,
+            gradient_accumulation_steps=3,
+            max_steps=3,
+            logging_steps=1,
+        )
+        trainer = lib.Trainer(
+            model=tiny_gpt2(fix_hf_count=name == "hf"),
+            args=args,
+            train_dataset=causal_lm_data(n=18),
+            compute_loss_func=make_loss(name),
+        )
         trainer.train()
     assert seen["ours"] == seen["hf"] and len(seen["ours"]) == 9
 
 
 def test_custom_loss_changes_training(tmp_path):
     """A compute_loss_func that doubles the loss doubles the first loss and, with SGD, changes the updates."""
+
     def double(outputs, labels, num_items_in_batch=None):
         return 2 * torch.nn.functional.mse_loss(outputs[0], labels)  # labels were popped: outputs = (y,)
 
     def run(loss_fn):
-        args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                              max_steps=3, logging_steps=1, optim="sgd", learning_rate=0.1,
-                                              max_grad_norm=0.0)
-        trainer = hf_lightning.Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16),
-                                       compute_loss_func=loss_fn)
+        args = hf_lightning.TrainingArguments(
+            output_dir=str(tmp_path),
+            **BASE_ARGS,
+            per_device_train_batch_size=4,
+            max_steps=3,
+            logging_steps=1,
+            optim="sgd",
+            learning_rate=0.1,
+            max_grad_norm=0.0,
+        )
+        trainer = hf_lightning.Trainer(
+            model=RegressionModel(), args=args, train_dataset=regression_data(16), compute_loss_func=loss_fn
+        )
         trainer.train()
         return [h["loss"] for h in step_logs(trainer)]
 
@@ -136,8 +186,9 @@ def test_subclass_compute_loss_override_is_used(tmp_path):
             loss = torch.nn.functional.l1_loss(outputs[0], inputs["labels"])
             return (loss, outputs) if return_outputs else loss
 
-    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                          max_steps=2, logging_steps=1)
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4, max_steps=2, logging_steps=1
+    )
     trainer = MyTrainer(model=RegressionModel(), args=args, train_dataset=regression_data(16))
     trainer.train()
     assert len(calls) == 2
@@ -155,8 +206,14 @@ def test_subclass_training_step_with_accelerator_backward(tmp_path):
             return loss.detach()
 
     def run(cls):
-        args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                              max_steps=3, logging_steps=1, learning_rate=0.05)
+        args = hf_lightning.TrainingArguments(
+            output_dir=str(tmp_path),
+            **BASE_ARGS,
+            per_device_train_batch_size=4,
+            max_steps=3,
+            logging_steps=1,
+            learning_rate=0.05,
+        )
         trainer = cls(model=RegressionModel(), args=args, train_dataset=regression_data(16))
         trainer.train()
         return trainer
@@ -177,8 +234,9 @@ def test_gpt2_item_count_follows_the_docs_not_transformers(tmp_path):
             counts.append(int(num_items_in_batch))
             return outputs.logits.float().mean() * 0 + outputs.logits.float().pow(2).mean()
 
-        args = lib.TrainingArguments(output_dir=str(tmp_path / name), **BASE_ARGS, per_device_train_batch_size=2,
-                                     max_steps=1)
+        args = lib.TrainingArguments(
+            output_dir=str(tmp_path / name), **BASE_ARGS, per_device_train_batch_size=2, max_steps=1
+        )
         data = causal_lm_data(n=2, ragged=False, seq_len=10)
         lib.Trainer(model=tiny_gpt2(), args=args, train_dataset=data, compute_loss_func=loss_fn).train()
         seen[name] = counts
@@ -201,8 +259,14 @@ def test_label_smoothing_works_with_plain_module(tmp_path):
 
     g = torch.Generator().manual_seed(0)
     data = [{"x": torch.randn(4, generator=g), "labels": torch.tensor(i % 3)} for i in range(12)]
-    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path), **BASE_ARGS, per_device_train_batch_size=4,
-                                          max_steps=2, logging_steps=1, label_smoothing_factor=0.1)
+    args = hf_lightning.TrainingArguments(
+        output_dir=str(tmp_path),
+        **BASE_ARGS,
+        per_device_train_batch_size=4,
+        max_steps=2,
+        logging_steps=1,
+        label_smoothing_factor=0.1,
+    )
     trainer = hf_lightning.Trainer(model=Classifier(), args=args, train_dataset=data)
     trainer.train()
     logits = trainer.model(torch.stack([d["x"] for d in data[:4]]))["logits"].detach()
@@ -215,11 +279,20 @@ def test_label_smoothing_works_with_plain_module(tmp_path):
 
 def test_invariance_batch8_ga1_equals_batch2_ga4(tmp_path):
     """Batch 8 x GA 1 gives the same losses and weights as batch 2 x GA 4 (token-weighted loss)."""
+
     def run(batch, ga):
-        args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / f"{batch}"), **BASE_ARGS,
-                                              per_device_train_batch_size=batch, gradient_accumulation_steps=ga,
-                                              num_train_epochs=2, logging_steps=1, learning_rate=1e-3)
-        trainer = hf_lightning.Trainer(model=tiny_gpt2(dropout=0.0), args=args, train_dataset=causal_lm_data(n=24))
+        args = hf_lightning.TrainingArguments(
+            output_dir=str(tmp_path / f"{batch}"),
+            **BASE_ARGS,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=ga,
+            num_train_epochs=2,
+            logging_steps=1,
+            learning_rate=1e-3,
+        )
+        trainer = hf_lightning.Trainer(
+            model=tiny_gpt2(dropout=0.0), args=args, train_dataset=causal_lm_data(n=24)
+        )
         trainer.train()
         return trainer
 
