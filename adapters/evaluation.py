@@ -1,6 +1,6 @@
 """The engine side of ``Trainer.evaluate`` / ``predict``: where the model runs and how ranks share results.
 
-The HF evaluation loop (``hf_lightning.trainer_eval``) asks this module three things:
+The HF evaluation loop (``hf_lightning.trainer.evaluation``) asks this module three things:
 
 - **where to run**: during ``train()`` the model already sits on the Lightning device, inside the
   running ``lightning.Trainer`` (its precision plugin's autocast applies); standalone, the model is

@@ -27,8 +27,8 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
-from hf_lightning.training_args import TrainingArguments
 
 __all__ = ["HFModule", "StandaloneDriver"]
 

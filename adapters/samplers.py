@@ -30,7 +30,7 @@ from torch.utils.data import DistributedSampler
 
 from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
 from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
-from hf_lightning.data import compute_lengths
+from hf_lightning.data.collators import compute_lengths
 
 __all__ = [
     "SAMPLING_STRATEGIES",
@@ -127,7 +127,7 @@ class LengthGroupedSampler(DistributedSampler):
         batch_size: the batch size the megabatches are multiples of (transformers' Trainer passes
             ``per_device_train_batch_size × gradient_accumulation_steps``).
         dataset: the dataset to measure when ``lengths`` is not given (see
-            :func:`hf_lightning.data.compute_lengths`; a ``length_column_name`` column is used).
+            :func:`hf_lightning.data.collators.compute_lengths`; a ``length_column_name`` column is used).
         lengths: precomputed per-sample lengths (list, tensor or array).
         model_input_name: the key measured when scanning ``dataset`` (default ``"input_ids"``).
         generator: if given, each epoch draws its permutation from it (transformers' single-process

@@ -207,7 +207,7 @@ class BatchRebalanceSampler:
 
     Args:
         lengths: one length per sample (a list, tensor or array; e.g. a precomputed ``length``
-            column, or :func:`hf_lightning.data.compute_lengths`).
+            column, or :func:`hf_lightning.data.collators.compute_lengths`).
         batch_size: the AVERAGE number of samples per micro-batch (``per_device_train_batch_size``).
         gradient_accumulation_steps: micro-batches per optimizer step on each rank.
         num_replicas, rank: the data-parallel world; default from ``torch.distributed`` when it is

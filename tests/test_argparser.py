@@ -16,7 +16,7 @@ from typing import Literal, Optional, Union
 
 import pytest
 
-from hf_lightning.argparser import HfArg, HfArgumentParser, string_to_bool
+from hf_lightning.args.parser import HfArg, HfArgumentParser, string_to_bool
 
 
 class Color(Enum):

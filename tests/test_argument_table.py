@@ -18,9 +18,9 @@ from hf_lightning.adapters.argument_table import (
     is_default_value,
     not_yet_fields,
 )
-from hf_lightning.enums import HubStrategy
-from hf_lightning.training_args import TrainingArguments
-from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.enums import HubStrategy
+from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.training_args import TrainingArguments
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -410,7 +410,7 @@ def test_ranks_without_a_barrier_add_their_files_after_publication(tmp_path):
 def test_missing_rng_file_is_logged_not_raised(tmp_path, caplog):
     """load_rng_state returns False and logs when this rank has no RNG file."""
     write_rank_files(tmp_path, rng_state=capture_rng_state())
-    with caplog.at_level(logging.INFO, logger="hf_lightning.rng_state"):
+    with caplog.at_level(logging.INFO, logger="hf_lightning.checkpoint.rng_state"):
         assert load_rng_state(tmp_path, process_index=3, world_size=4) is False
     assert "rng_state_3.pth" in caplog.text
 

@@ -20,7 +20,7 @@ from hf_lightning.checkpoint import (
     is_checkpoint_complete,
     load_model_weights,
 )
-from hf_lightning.checkpoint_io import safe_torch_load
+from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.trainer_utils import get_last_checkpoint
 from tests.tiny import RegressionModel, StopAt, regression_data
 

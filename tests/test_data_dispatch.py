@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from hf_lightning.data_dispatch import DispatchedBatches
+from hf_lightning.data.dispatch import DispatchedBatches
 
 
 class Stream(IterableDataset):

@@ -218,7 +218,7 @@ def test_length_strategies_are_ignored_with_a_warning_for_iterable_datasets(
     """A length-aware strategy on an IterableDataset warns and reads the stream in its own order."""
     collator = PadCollator()
     trainer = make_trainer(tmp_path, Stream(), collator, max_steps=2, train_sampling_strategy=strategy)
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer_data"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer.data"):
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if "is ignored" in r.getMessage()]
     assert len(warnings) == 1 and strategy in warnings[0] and "IterableDataset" in warnings[0]

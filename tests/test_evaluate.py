@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hf_lightning import EarlyStoppingCallback, Trainer, TrainerCallback, TrainingArguments
-from hf_lightning.trainer_metrics import metrics_format
+from hf_lightning.trainer.metrics import metrics_format
 
 VOCAB = 11
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 import torch
 
-import hf_lightning.hpsearch as hpsearch
+import hf_lightning.trainer.hpsearch as hpsearch
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
 from tests.tiny import HP_SEARCH_ARGS, RegressionModel, regression_data
 
@@ -243,7 +243,7 @@ def test_hyperparameters_are_cast_to_the_argument_types(tmp_path, caplog):
     trainer = make_trainer(tmp_path)
     trainer.model_init = lambda trial: seen.append(trainer.args.num_train_epochs) or RegressionModel()
     space = lambda t: {"num_train_epochs": t.suggest_float("num_train_epochs", 2.0, 2.0), "hidden": 3}  # noqa: E731
-    with caplog.at_level(logging.WARNING, logger="hf_lightning.hpsearch"):
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.trainer.hpsearch"):
         trainer.hyperparameter_search(hp_space=space, n_trials=1, backend="optuna")
     assert seen == [2] and isinstance(seen[0], int)
     assert "'hidden'" in caplog.text

@@ -20,7 +20,7 @@ import hf_lightning
 from hf_lightning.adapters.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.checkpoint import is_checkpoint_complete, load_model_weights
-from hf_lightning.jit_checkpoint import JITTimings, SigtermWatch, should_stop
+from hf_lightning.checkpoint.jit import JITTimings, SigtermWatch, should_stop
 from tests.tiny import RegressionModel, regression_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

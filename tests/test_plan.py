@@ -14,7 +14,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
 from hf_lightning.adapters.plan import LightningPlan, to_lightning
-from hf_lightning.training_args import TrainingArguments
+from hf_lightning.args.training_args import TrainingArguments
 
 TWO_PROCESSES = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
 

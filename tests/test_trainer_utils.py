@@ -72,7 +72,7 @@ def test_output_tuples_have_transformers_fields():
 
 
 def test_strategy_enums_are_reexported():
-    """IntervalStrategy, SaveStrategy, SchedulerType and HubStrategy come from hf_lightning.enums."""
+    """IntervalStrategy, SaveStrategy, SchedulerType and HubStrategy come from hf_lightning.args.enums."""
     from hf_lightning import enums
 
     for name in ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy"):

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from hf_lightning.enums import (
+from hf_lightning.args.enums import (
     DebugOption,
     HubStrategy,
     IntervalStrategy,
@@ -21,8 +21,8 @@ from hf_lightning.enums import (
     SaveStrategy,
     SchedulerType,
 )
-from hf_lightning.training_args import TrainingArguments, resolve_steps
-from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.training_args import TrainingArguments, resolve_steps
 
 
 @pytest.fixture
@@ -483,7 +483,7 @@ def test_every_field_has_help():
 
 def test_parses_with_hf_argument_parser(tmp_path):
     """Our HfArgumentParser builds TrainingArguments from a command line."""
-    from hf_lightning.argparser import HfArgumentParser
+    from hf_lightning.args.parser import HfArgumentParser
 
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
         ["--output_dir", str(tmp_path), "--eval_strategy", "steps", "--lr_scheduler_kwargs", '{"a": "1"}']
@@ -520,7 +520,7 @@ def test_seq2seq_to_dict_uses_config_to_dict(tmp_path):
 def test_building_arguments_imports_no_engine():
     """Building and serialising the arguments loads no transformers, accelerate, lightning, or even torch."""
     code = (
-        "import sys, hf_lightning.training_args_seq2seq as m; "
+        "import sys, hf_lightning.args.seq2seq as m; "
         "m.Seq2SeqTrainingArguments(report_to='all', eval_strategy='steps').to_json_string(); "
         "print(sorted(n for n in ('transformers', 'accelerate', 'lightning', 'torch') if n in sys.modules))"
     )

@@ -11,7 +11,7 @@ import pathlib
 import sys
 
 ENGINES = {"lightning", "pytorch_lightning", "optuna", "ray"}
-FACADE = {"hf_lightning.trainer", "hf_lightning.seq2seq", "hf_lightning.hpsearch"}
+FACADE = {"hf_lightning.trainer", "hf_lightning.trainer.seq2seq", "hf_lightning.trainer.hpsearch"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

@@ -23,8 +23,8 @@ from hf_lightning.adapters.argument_table import (
     ArgumentRow,
     field_default,
 )
-from hf_lightning.training_args import TrainingArguments
-from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.training_args import TrainingArguments
 
 __all__ = ["DOC_PATH", "main", "render", "render_markdown"]
 

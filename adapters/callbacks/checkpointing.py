@@ -10,7 +10,7 @@ other module its own state dict as ``model.safetensors``)::
 
 Each folder holds the model, ``optimizer.pt``, ``scheduler.pt``, ``rng_state.pth`` (per rank),
 ``trainer_state.json`` and, for an ``HFModule``, its ``TrainingArguments``; it is written crash-safely by
-:func:`hf_lightning.checkpoint.save_checkpoint`. The best metric is read from ``trainer.callback_metrics``
+:func:`hf_lightning.checkpoint.store.save_checkpoint`. The best metric is read from ``trainer.callback_metrics``
 after each validation. The callback's own state (best metric and checkpoint) round-trips through Lightning
 checkpoints via ``state_dict`` / ``load_state_dict``.
 """
@@ -25,7 +25,7 @@ import lightning as L
 import torch
 
 from hf_lightning.callbacks import TrainerState
-from hf_lightning.checkpoint import checkpoint_path, rotate_checkpoints, save_checkpoint
+from hf_lightning.checkpoint.store import checkpoint_path, rotate_checkpoints, save_checkpoint
 
 __all__ = ["HFCheckpoint", "save_hf_checkpoint"]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import lightning as L
 
-from hf_lightning.jit_checkpoint import DEFAULT_KILL_WAIT, JITTimings, SigtermWatch, should_stop
+from hf_lightning.checkpoint.jit import DEFAULT_KILL_WAIT, JITTimings, SigtermWatch, should_stop
 
 __all__ = ["JITCheckpoint", "jit_checkpoint_for"]
 

@@ -10,20 +10,22 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hf_lightning._moved import install_moved_module_aliases
+
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # vocabulary
-    "TrainingArguments": "training_args",
-    "OptimizerNames": "training_args",
-    "IntervalStrategy": "training_args",
-    "SaveStrategy": "training_args",
-    "SchedulerType": "training_args",
-    "HubStrategy": "training_args",
-    "Seq2SeqTrainingArguments": "training_args_seq2seq",
-    "HfArgumentParser": "argparser",
-    "HfArg": "argparser",
-    "ParallelMode": "training_args",
+    "TrainingArguments": "args",
+    "OptimizerNames": "args",
+    "IntervalStrategy": "args",
+    "SaveStrategy": "args",
+    "SchedulerType": "args",
+    "HubStrategy": "args",
+    "Seq2SeqTrainingArguments": "args",
+    "HfArgumentParser": "args",
+    "HfArg": "args",
+    "ParallelMode": "args",
     "TrainerCallback": "callbacks",
     "TrainerState": "callbacks",
     "TrainerControl": "callbacks",
@@ -53,10 +55,13 @@ _EXPORTS: dict[str, str] = {
     "DataCollatorWithPadding": "data",
     # facade
     "Trainer": "trainer",
-    "Seq2SeqTrainer": "seq2seq",
+    "Seq2SeqTrainer": "trainer",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+install_moved_module_aliases()
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,7 @@ Names and behaviour follow ``transformers.trainer_utils`` 5.24, with one documen
 `get_last_checkpoint` skips ``checkpoint-N`` folders that still hold ``checkpoint-is-incomplete.txt``
 (a save that was interrupted) and logs which it skipped. The memory tracker and the batch-size finder
 live in ``trainer_utils_memory`` and are re-exported here; the strategy enums are re-exported from
-``hf_lightning.enums``.
+``hf_lightning.args.enums``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from hf_lightning.trainer_utils_memory import TrainerMemoryTracker, find_executable_batch_size
 
 if TYPE_CHECKING:
-    from hf_lightning.enums import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.args.enums import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
 
 __all__ = [
     "BestRun",
@@ -180,7 +180,7 @@ def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
     holding ``checkpoint-is-incomplete.txt`` from an interrupted save, or missing the weights or
     ``trainer_state.json`` — are skipped, and a warning names each one and why.
     """
-    from hf_lightning.checkpoint import find_resumable_checkpoint
+    from hf_lightning.checkpoint.store import find_resumable_checkpoint
 
     return find_resumable_checkpoint(folder, logger)
 
@@ -303,15 +303,17 @@ def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) 
 
 
 def __getattr__(name: str) -> Any:
-    """Re-export the strategy enums from ``hf_lightning.enums`` on first use."""
+    """Re-export the strategy enums from ``hf_lightning.args.enums`` on first use."""
     if name not in _ENUM_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        enums = importlib.import_module("hf_lightning.enums")
+        enums = importlib.import_module("hf_lightning.args.enums")
     except ModuleNotFoundError as error:
-        if error.name != "hf_lightning.enums":
+        if error.name != "hf_lightning.args.enums":
             raise
-        raise AttributeError(f"{name} is defined in hf_lightning.enums, which is not installed") from error
+        raise AttributeError(
+            f"{name} is defined in hf_lightning.args.enums, which is not installed"
+        ) from error
     value = getattr(enums, name)
     globals()[name] = value
     return value

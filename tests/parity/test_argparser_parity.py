@@ -2,7 +2,7 @@
 
 The same command lines are parsed by transformers' parser into
 ``(ModelArgs, transformers.TrainingArguments)`` and by ours into
-``(ModelArgs, hf_lightning.training_args.TrainingArguments)``; the model arguments must be equal
+``(ModelArgs, hf_lightning.args.training_args.TrainingArguments)``; the model arguments must be equal
 and the training arguments must agree through ``to_dict()``. To test the parser alone, both
 parsers are also run over transformers' own ``TrainingArguments``, where the options they build
 and the dataclasses they fill must be identical.
@@ -19,8 +19,8 @@ from typing import Literal, Optional
 import pytest
 import transformers
 
-from hf_lightning.argparser import HfArgumentParser
-from hf_lightning.training_args import TrainingArguments
+from hf_lightning.args.parser import HfArgumentParser
+from hf_lightning.args.training_args import TrainingArguments
 
 
 class Attention(Enum):

@@ -40,7 +40,7 @@ def _plain(value):
 def _our_args(kind, tmp_path, their_args, **kwargs):
     """Our side's arguments: our TrainingArguments, or a namespace of plain strings copied from theirs."""
     if kind == "ours":
-        from hf_lightning.training_args import TrainingArguments
+        from hf_lightning.args.training_args import TrainingArguments
 
         return TrainingArguments(output_dir=str(tmp_path), **kwargs)
     return types.SimpleNamespace(**{name: _plain(getattr(their_args, name)) for name in _FLOW_FIELDS})

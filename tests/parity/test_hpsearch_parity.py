@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.hpsearch import TrainerHPSearchMixin, default_hp_space_optuna, default_hp_space_ray
+from hf_lightning.trainer.hpsearch import TrainerHPSearchMixin, default_hp_space_optuna, default_hp_space_ray
 from tests.tiny import RegressionModel, regression_data
 
 transformers = pytest.importorskip("transformers")

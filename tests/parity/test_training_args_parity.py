@@ -13,8 +13,8 @@ import warnings
 import pytest
 import transformers
 
-from hf_lightning.training_args import TrainingArguments
-from hf_lightning.training_args_seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
+from hf_lightning.args.training_args import TrainingArguments
 
 # to_dict values that differ on purpose (the keys are always the same). None at present: even
 # accelerator_config is serialised like transformers' AcceleratorConfig (its defaults filled in).

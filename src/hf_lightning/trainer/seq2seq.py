@@ -25,7 +25,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from hf_lightning.trainer import Trainer
+from hf_lightning.trainer.trainer import Trainer
 from hf_lightning.trainer_utils import PredictionOutput
 
 __all__ = ["Seq2SeqTrainer"]

@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any
 
-from hf_lightning.enums import (
+from hf_lightning.args.enums import (
     ChoiceEnum,
     DebugOption,
     HubStrategy,
@@ -22,7 +22,7 @@ from hf_lightning.enums import (
     SaveStrategy,
     SchedulerType,
 )
-from hf_lightning.training_args_fsdp import normalize_fsdp
+from hf_lightning.args.fsdp import normalize_fsdp
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 

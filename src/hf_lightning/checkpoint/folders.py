@@ -17,7 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
-from hf_lightning.checkpoint_weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
+from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
 
 __all__ = [
     "INCOMPLETE_SENTINEL_NAME",

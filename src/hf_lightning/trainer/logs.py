@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import speed_metrics
 
 __all__ = ["TrainerLoggingMixin"]

@@ -1,6 +1,6 @@
 """Checkpoints of the Trainer: ``save_model``, ``save_state``, the checkpoints written during training, resuming.
 
-The folder format, crash safety and safe loading live in :mod:`hf_lightning.checkpoint`; this mixin
+The folder format, crash safety and safe loading live in :mod:`hf_lightning.checkpoint.store`; this mixin
 decides *what* goes into a checkpoint and *when* state is restored, as transformers' Trainer does::
 
     train(resume_from_checkpoint=path)
@@ -30,7 +30,9 @@ from typing import Any
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerControl
-from hf_lightning.checkpoint import (
+from hf_lightning.checkpoint.folders import checkpoint_problem
+from hf_lightning.checkpoint.io import safe_torch_load
+from hf_lightning.checkpoint.store import (
     OPTIMIZER_NAME,
     SCALER_NAME,
     SCHEDULER_NAME,
@@ -44,9 +46,7 @@ from hf_lightning.checkpoint import (
     save_checkpoint,
     save_model,
 )
-from hf_lightning.checkpoint_folders import checkpoint_problem
-from hf_lightning.checkpoint_io import safe_torch_load
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.trainer.base import TrainerBase
 
 __all__ = ["TrainerCheckpointMixin", "fast_forward_scheduler"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hf_lightning.enums import FSDPOption
+from hf_lightning.args.enums import FSDPOption
 
 __all__ = ["AUTO_WRAP_POLICIES", "normalize_fsdp"]
 

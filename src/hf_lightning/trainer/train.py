@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
-from hf_lightning.trainer_base import TrainerBase
-from hf_lightning.trainer_loop import TrainLoopDriver
+from hf_lightning.trainer.base import TrainerBase
+from hf_lightning.trainer.loop import TrainLoopDriver
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
 

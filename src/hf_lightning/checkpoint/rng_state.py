@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_lightning.checkpoint_io import CheckpointError, safe_torch_load
+from hf_lightning.checkpoint.io import CheckpointError, safe_torch_load
 
 __all__ = ["capture_rng_state", "load_rng_state", "restore_rng_state", "rng_state_file_name"]
 

@@ -32,8 +32,8 @@ import logging
 from types import ModuleType
 from typing import Any
 
-from hf_lightning.enums import ChoiceEnum
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.args.enums import ChoiceEnum
+from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import BestRun, default_compute_objective
 
 __all__ = [
@@ -253,7 +253,7 @@ class TrainerHPSearchMixin(TrainerBase):
 
     def _tune_save_checkpoint(self, checkpoint_dir: str) -> str:
         """Write ``checkpoint_dir/checkpoint-{global_step}`` (model, optimizer, scheduler, state) for Ray Tune."""
-        from hf_lightning.checkpoint import save_checkpoint
+        from hf_lightning.checkpoint.store import save_checkpoint
 
         self.state.stateful_callbacks["TrainerControl"] = self.control.state()
         return save_checkpoint(

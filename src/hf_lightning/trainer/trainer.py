@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.callbacks import (
     CallbackHandler,
     DefaultFlowCallback,
@@ -27,22 +28,21 @@ from hf_lightning.callbacks import (
     TrainerControl,
     TrainerState,
 )
-from hf_lightning.data import DataCollatorWithPadding, default_data_collator
-from hf_lightning.hpsearch import TrainerHPSearchMixin
+from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.loss import LossSettings, compute_model_loss, loss_shifts_labels, model_accepts_loss_kwargs
-from hf_lightning.trainer_checkpoint import TrainerCheckpointMixin
-from hf_lightning.trainer_data import TrainerDataMixin
-from hf_lightning.trainer_eval import TrainerEvalMixin
-from hf_lightning.trainer_logging import TrainerLoggingMixin
-from hf_lightning.trainer_optim import TrainerOptimMixin
-from hf_lightning.trainer_train import TrainerTrainMixin
+from hf_lightning.trainer.checkpointing import TrainerCheckpointMixin
+from hf_lightning.trainer.data import TrainerDataMixin
+from hf_lightning.trainer.evaluation import TrainerEvalMixin
+from hf_lightning.trainer.hpsearch import TrainerHPSearchMixin
+from hf_lightning.trainer.logs import TrainerLoggingMixin
+from hf_lightning.trainer.optim import TrainerOptimMixin
+from hf_lightning.trainer.train import TrainerTrainMixin
 from hf_lightning.trainer_utils import (
     TrainerMemoryTracker,
     enable_full_determinism,
     ensure_training_mode,
     set_seed,
 )
-from hf_lightning.training_args import TrainingArguments
 
 __all__ = ["Trainer"]
 
@@ -134,7 +134,7 @@ class Trainer(
 
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
-        from hf_lightning.trainer_data import find_labels
+        from hf_lightning.trainer.data import find_labels
 
         model = self.model
         self.model_accepts_loss_kwargs = model_accepts_loss_kwargs(model)

@@ -21,7 +21,7 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from hf_lightning.checkpoint_io import CheckpointError, load_safetensors, safe_torch_load
+from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_torch_load
 
 __all__ = [
     "SAFE_WEIGHTS_INDEX_NAME",

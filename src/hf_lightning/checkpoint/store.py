@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from hf_lightning.checkpoint_folders import (
+from hf_lightning.checkpoint.folders import (
     INCOMPLETE_SENTINEL_NAME,
     OPTIMIZER_NAME,
     PREFIX_CHECKPOINT_DIR,
@@ -63,7 +63,7 @@ from hf_lightning.checkpoint_folders import (
     rotate_checkpoints,
     sorted_checkpoints,
 )
-from hf_lightning.checkpoint_io import (
+from hf_lightning.checkpoint.io import (
     TRAINING_ARGS_JSON_NAME,
     TRAINING_ARGS_NAME,
     CheckpointError,
@@ -75,8 +75,8 @@ from hf_lightning.checkpoint_io import (
     torch_save,
     write_training_args,
 )
-from hf_lightning.checkpoint_weights import load_model_weights, save_model_weights
-from hf_lightning.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
+from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
+from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights
 
 __all__ = [
     "INCOMPLETE_SENTINEL_NAME",

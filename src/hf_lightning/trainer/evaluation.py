@@ -24,8 +24,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, SequentialSampler
 
-from hf_lightning.trainer_eval_loop import TrainerEvalLoopMixin
-from hf_lightning.trainer_metrics import TrainerMetricsMixin
+from hf_lightning.trainer.eval_loop import TrainerEvalLoopMixin
+from hf_lightning.trainer.metrics import TrainerMetricsMixin
 from hf_lightning.trainer_utils import PredictionOutput, has_length, speed_metrics
 from hf_lightning.trainer_utils_memory import is_out_of_memory_error
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from hf_lightning.enums import (
+from hf_lightning.args.enums import (
     ChoiceEnum,
     HubStrategy,
     IntervalStrategy,

@@ -10,9 +10,14 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from hf_lightning.data import RemoveColumnsCollator, compute_lengths, remove_unused_columns, signature_columns
-from hf_lightning.data_dispatch import DispatchedBatches
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.data.collators import (
+    RemoveColumnsCollator,
+    compute_lengths,
+    remove_unused_columns,
+    signature_columns,
+)
+from hf_lightning.data.dispatch import DispatchedBatches
+from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import has_length, seed_worker
 
 __all__ = ["TrainerDataMixin", "find_labels"]

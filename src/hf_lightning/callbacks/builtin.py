@@ -10,7 +10,7 @@ import logging
 import operator
 from typing import Any
 
-from hf_lightning.callbacks import ExportableState, TrainerCallback
+from hf_lightning.callbacks.api import ExportableState, TrainerCallback
 from hf_lightning.trainer_utils import has_length
 
 __all__ = ["DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback"]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hf_lightning.enums import ParallelMode
+from hf_lightning.args.enums import ParallelMode
 
 if TYPE_CHECKING:
     import torch

@@ -23,36 +23,21 @@ A training run, written as the loop the events describe (``# <event>`` marks whe
 
 `TrainerState` is written to ``trainer_state.json`` with the same schema as ``transformers``, so a state
 file of either library loads with the other. The built-in callbacks (`DefaultFlowCallback`,
-`PrinterCallback`, `ProgressCallback`, `EarlyStoppingCallback`) live in ``callbacks_builtin`` and are
-re-exported here, as is `CallbackHandler` (``callbacks_handler``).
+`PrinterCallback`, `ProgressCallback`, `EarlyStoppingCallback`) live in ``builtin`` and the
+`CallbackHandler` in ``handler``; the package ``hf_lightning.callbacks`` exports all of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hf_lightning.callbacks_builtin import (
-        DefaultFlowCallback,
-        EarlyStoppingCallback,
-        PrinterCallback,
-        ProgressCallback,
-    )
-    from hf_lightning.callbacks_handler import CallbackHandler
+from typing import Any
 
 __all__ = [
-    "CallbackHandler",
-    "DefaultFlowCallback",
-    "EarlyStoppingCallback",
     "ExportableState",
-    "PrinterCallback",
-    "ProgressCallback",
     "TRAINER_EVENTS",
     "TrainerCallback",
     "TrainerControl",
@@ -61,14 +46,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Names defined in sibling modules that import this one; loaded on first access (see `__getattr__`).
-_LAZY_NAMES = {
-    "CallbackHandler": "callbacks_handler",
-    "DefaultFlowCallback": "callbacks_builtin",
-    "PrinterCallback": "callbacks_builtin",
-    "ProgressCallback": "callbacks_builtin",
-    "EarlyStoppingCallback": "callbacks_builtin",
-}
 
 #: Every event a `TrainerCallback` can receive, in the order they first fire in a training run.
 TRAINER_EVENTS: tuple[str, ...] = (
@@ -317,13 +294,3 @@ class TrainerCallback:
 
     def on_push_begin(self, args, state, control, **kwargs):
         """Before pushing to the Hub (``Trainer.push_to_hub`` and checkpoint pushes)."""
-
-
-def __getattr__(name: str) -> Any:
-    """Load the handler and the built-in callbacks on first use (their modules import this one)."""
-    module_name = _LAZY_NAMES.get(name)
-    if module_name is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"hf_lightning.{module_name}"), name)
-    globals()[name] = value
-    return value

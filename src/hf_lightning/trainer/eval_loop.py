@@ -38,7 +38,7 @@ from hf_lightning.eval_utils import (
     prefix_metric_keys,
 )
 from hf_lightning.loss import count_items_in_batch
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 __all__ = ["TrainerEvalLoopMixin"]

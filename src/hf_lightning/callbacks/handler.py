@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hf_lightning.callbacks import TrainerCallback, TrainerControl
+from hf_lightning.callbacks.api import TrainerCallback, TrainerControl
 
 __all__ = ["CallbackHandler"]
 
@@ -37,7 +37,7 @@ class CallbackHandler(TrainerCallback):
         self.lr_scheduler = lr_scheduler
         self.train_dataloader = None
         self.eval_dataloader = None
-        from hf_lightning.callbacks_builtin import DefaultFlowCallback
+        from hf_lightning.callbacks.builtin import DefaultFlowCallback
 
         if not any(isinstance(cb, DefaultFlowCallback) for cb in self.callbacks):
             logger.warning(

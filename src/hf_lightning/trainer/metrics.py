@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.trainer.base import TrainerBase
 
 __all__ = ["TrainerMetricsMixin", "metrics_format"]
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
-from hf_lightning.trainer_base import TrainerBase
+from hf_lightning.trainer.base import TrainerBase
 
 __all__ = ["TrainerOptimMixin"]
 

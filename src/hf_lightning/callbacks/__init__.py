@@ -1,0 +1,33 @@
+"""The callback vocabulary: ``TrainerCallback``, its state and control, the handler and the built-in callbacks."""
+
+from __future__ import annotations
+
+from hf_lightning.callbacks.api import (
+    TRAINER_EVENTS,
+    ExportableState,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+)
+from hf_lightning.callbacks.builtin import (
+    DefaultFlowCallback,
+    EarlyStoppingCallback,
+    PrinterCallback,
+    ProgressCallback,
+)
+from hf_lightning.callbacks.handler import (
+    CallbackHandler,
+)
+
+__all__ = [
+    "CallbackHandler",
+    "DefaultFlowCallback",
+    "EarlyStoppingCallback",
+    "ExportableState",
+    "PrinterCallback",
+    "ProgressCallback",
+    "TRAINER_EVENTS",
+    "TrainerCallback",
+    "TrainerControl",
+    "TrainerState",
+]
