@@ -19,6 +19,11 @@ and their ratios are the paired figures:
 - start-up: process start to the end of the first optimizer step, each process started alone.
 
     python benchmarks/bench_step.py [--rounds 3] [--cycles 60] [--block 5] [--seed 0] [--json runs.json]
+
+``--baseline REF`` adds a fifth process: hf_lightning as of the git commit ``REF`` (its sources taken
+with ``git archive`` into a temporary folder that its process imports first), so a change to
+hf_lightning is compared with the code before it in the same cycles (the "vs baseline" column:
+median over cycles of this block / the baseline's block).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ WORKLOADS = {
 }
 WARMUP_STEPS = 3
 MARK = "@@bench "
+BASELINE = "hf_lightning.Trainer (baseline)"
+BASELINE_TREE_ENV = "HF_LIGHTNING_BENCH_BASELINE_TREE"
 
 
 def make_model(w):
@@ -214,13 +221,18 @@ def serve(framework: str, workload: str, block: int, blocks: int) -> None:
 
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
+    if framework == BASELINE:  # import the baseline's hf_lightning before the installed one
+        sys.path.insert(0, os.environ[BASELINE_TREE_ENV])
+        RUNNERS[BASELINE] = run_ours
     RUNNERS[framework](WORKLOADS[workload], Pacer(block, blocks))
 
 
 class Child:
     """One framework's process, seen from the parent."""
 
-    def __init__(self, framework: str, workload: str, block: int, blocks: int) -> None:
+    def __init__(
+        self, framework: str, workload: str, block: int, blocks: int, baseline_env: dict | None = None
+    ) -> None:
         self.framework = framework
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.started = time.time()
@@ -230,7 +242,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=self.stderr,
             text=True,
-            env={**os.environ, "TQDM_DISABLE": "1"},
+            env={**os.environ, "TQDM_DISABLE": "1", **(baseline_env or {})},
         )
 
     def read(self) -> dict[str, float]:
@@ -257,7 +269,7 @@ def run_round(workload: str, block: int, cycles: int, order: random.Random) -> d
     """Start the frameworks one after another, then let them take turns for ``cycles`` cycles."""
     children, startup = {}, {}
     for fw in order.sample(list(RUNNERS), len(RUNNERS)):
-        child = Child(fw, workload, block, cycles)
+        child = Child(fw, workload, block, cycles, _baseline_env() if fw == BASELINE else None)
         startup[fw] = child.read()["first_step_end"] - child.started
         children[fw] = child
     steps: dict[str, list[float]] = {fw: [] for fw in RUNNERS}
@@ -267,6 +279,32 @@ def run_round(workload: str, block: int, cycles: int, order: random.Random) -> d
             if cycle == cycles - 1:  # its last turn: let it exit before the next one runs
                 children[fw].finish()
     return {fw: {"startup": startup[fw], "steps": steps[fw]} for fw in RUNNERS}
+
+
+_BASELINE_TREE: list[str] = []
+
+
+def _baseline_env() -> dict[str, str]:
+    return {BASELINE_TREE_ENV: _BASELINE_TREE[0]}
+
+
+def build_baseline_tree(ref: str, folder: str) -> str:
+    """``hf_lightning`` as of commit ``ref``, laid out as an importable package under ``folder``."""
+    import io
+    import tarfile
+
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    data = subprocess.run(
+        ["git", "archive", ref, "src/hf_lightning", "adapters"], cwd=root, capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(folder, filter="data")
+    package = os.path.join(folder, "hf_lightning")
+    os.rename(os.path.join(folder, "src", "hf_lightning"), package)
+    os.rename(os.path.join(folder, "adapters"), os.path.join(package, "adapters"))
+    return folder
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -285,11 +323,15 @@ def summarize(name: str, rounds: list[dict[str, dict]]) -> list[str]:
         vs_hf = [a / b for a, b in zip(mine, hf)]
         faster = sum(a < b for a, b in zip(mine, hf)) / len(mine)
         startup = statistics.median(r[fw]["startup"] for r in rounds)
-        rows.append(
+        row = (
             f"| {name} | {fw} | {statistics.median(mine):.4f} | {statistics.median(ratios):.3f} | "
             f"{_percentile(ratios, 0.1):.2f}–{_percentile(ratios, 0.9):.2f} | "
             f"{statistics.median(vs_hf):.3f} | {100 * faster:.0f} % | {startup:.2f} |"
         )
+        if BASELINE in RUNNERS:
+            base = [s for r in rounds for s in r[BASELINE]["steps"]]
+            row += f" {statistics.median(a / b for a, b in zip(mine, base)):.3f} |"
+        rows.append(row)
     return rows
 
 
@@ -319,6 +361,7 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
     parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks")
     parser.add_argument("--json", help="also write every block's s/step and every start-up here")
+    parser.add_argument("--baseline", metavar="REF", help="also run hf_lightning as of this git commit")
     parser.add_argument(
         "--serve", nargs=4, metavar=("FRAMEWORK", "WORKLOAD", "BLOCK", "BLOCKS"), help=argparse.SUPPRESS
     )
@@ -328,11 +371,17 @@ def main() -> None:
         return
     _compile_bytecode()
     order = random.Random(cli.seed)
-    print(
+    header = (
         "| workload | framework | s/step (median) | ratio to raw (median of cycles) | ratio p10–p90 "
         "| vs transformers (median of cycles) | cycles faster than transformers | start-up s |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+    if cli.baseline:
+        _BASELINE_TREE.append(build_baseline_tree(cli.baseline, tempfile.mkdtemp(prefix="bench-baseline-")))
+        RUNNERS[BASELINE] = run_ours
+        header, rule = header + " vs baseline |", rule + "---:|"
+    print(header)
+    print(rule)
     record = {}
     for name in cli.workloads:
         w1 = name.startswith("W1")
