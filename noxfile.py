@@ -23,9 +23,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff, plus the rule that src/hf_lightning never imports lightning, optuna or ray."""
+    """ruff (check and format --check), plus the layer rules of docs/architecture.md."""
     session.install("ruff>=0.5")
-    session.run("ruff", "check", "src", "adapters", "tests", "examples", "benchmarks", "tools")
+    paths = ("src", "adapters", "tests", "examples", "benchmarks", "tools", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
     session.run("python", "tools/check_layers.py")
 
 

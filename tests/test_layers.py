@@ -1,9 +1,11 @@
-"""The architectural rule (DESIGN.md) holds: engines only in adapters/, imports pointing down."""
+"""The layer rules (docs/architecture.md) hold, and tools/check_layers.py catches each kind of violation."""
 
 from __future__ import annotations
 
 import importlib.util
 import pathlib
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -15,13 +17,56 @@ def _checker():
     return module
 
 
-def test_no_engine_import_in_src_and_no_facade_import_in_adapters():
-    """src/hf_lightning imports no lightning/optuna/ray; adapters/ never imports the facade."""
+def test_the_tree_follows_the_layer_rules():
+    """No engine import outside adapters/, imports point down, no reach-in to another layer's private names."""
     assert _checker().violations() == []
 
 
-def test_checker_catches_a_violation(tmp_path):
-    """The checker reports an engine import (so the rule test above can fail)."""
-    bad = tmp_path / "bad.py"
-    bad.write_text("import lightning as L\nfrom optuna import trial\n")
-    assert [m for _, m in _checker().imported_modules(bad)] == ["lightning", "optuna"]
+def _plant(root: pathlib.Path, files: dict[str, str]) -> None:
+    for rel, text in {
+        "src/hf_lightning/__init__.py": "",
+        "src/hf_lightning/trainer/__init__.py": "",
+        "src/hf_lightning/trainer/run.py": "class Run:\n    def __init__(self):\n        self._tr_loss = 0\n",
+        "adapters/__init__.py": "",
+        **files,
+    }.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("rel", "source", "expected"),
+    [
+        ("src/hf_lightning/args/a.py", "import lightning as L\n", "imports lightning"),
+        ("src/hf_lightning/trainer/t.py", "from optuna import trial\n", "imports optuna"),
+        ("src/hf_lightning/loss.py", "from hf_lightning.trainer import Trainer\n", "the vocabulary imports"),
+        (
+            "src/hf_lightning/loss.py",
+            "from hf_lightning.adapters.fit import run_fit\n",
+            "the vocabulary imports",
+        ),
+        ("adapters/fit.py", "from hf_lightning.trainer.run import Run\n", "the engine imports"),
+        ("adapters/fit.py", "def f(trainer):\n    return trainer._tr_loss\n", "private _tr_loss"),
+        ("adapters/fit.py", "from hf_lightning.loss import _helper\n", "private name _helper"),
+        ("src/hf_lightning/trainer/t.py", "import hf_lightning.adapters.fit as fit\nfit._x\n", "fit._x"),
+    ],
+)
+def test_the_checker_reports_a_planted_violation(tmp_path, rel, source, expected):
+    """Each kind of violation planted in a copy of the layout is reported, naming the file."""
+    _plant(tmp_path, {rel: source})
+    found = _checker().violations(tmp_path)
+    assert len(found) == 1 and expected in found[0] and found[0].startswith(rel), found
+
+
+def test_the_checker_accepts_the_allowed_directions(tmp_path):
+    """Facade -> adapters -> vocabulary imports, and an object's own private names, are fine."""
+    _plant(
+        tmp_path,
+        {
+            "src/hf_lightning/trainer/t.py": "from hf_lightning.adapters.fit import run_fit\n",
+            "adapters/fit.py": "import lightning\nfrom hf_lightning.loss import count\n"
+            "class M:\n    def f(self):\n        return self._tr_loss\n",
+        },
+    )
+    assert _checker().violations(tmp_path) == []
