@@ -18,8 +18,14 @@ from hf_lightning.callbacks.builtin import (
 from hf_lightning.callbacks.handler import (
     CallbackHandler,
 )
+from hf_lightning.callbacks.kubeflow import (
+    KubeflowCallback,
+    is_kubeflow_available,
+)
 
 __all__ = [
+    "KubeflowCallback",
+    "is_kubeflow_available",
     "CallbackHandler",
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
