@@ -30,6 +30,7 @@ from torch.utils.data import DistributedSampler
 
 from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
 from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
+from hf_lightning.args.enums import SAMPLING_STRATEGIES
 from hf_lightning.data.collators import compute_lengths
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "length_grouped_indices",
 ]
 
-SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")
 MEGABATCH_MULT = 50
 
 

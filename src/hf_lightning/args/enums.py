@@ -7,8 +7,10 @@ Each enum mixes in ``str`` so ``args.eval_strategy == "steps"`` holds, and an un
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 __all__ = [
+    "SAMPLING_STRATEGIES",
     "ChoiceEnum",
     "DebugOption",
     "FSDPOption",
@@ -18,7 +20,16 @@ __all__ = [
     "ParallelMode",
     "SaveStrategy",
     "SchedulerType",
+    "enum_value",
 ]
+
+SAMPLING_STRATEGIES: tuple[str, ...] = ("random", "sequential", "group_by_length", "batch_rebalance")
+"""Values accepted by ``train_sampling_strategy``; the last two need per-sample lengths."""
+
+
+def enum_value(value: Any) -> Any:
+    """The plain value of an enum member (``IntervalStrategy.STEPS`` -> ``"steps"``); anything else unchanged."""
+    return value.value if isinstance(value, Enum) else value
 
 
 class ChoiceEnum(str, Enum):
