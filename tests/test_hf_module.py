@@ -295,3 +295,14 @@ def test_scheduler_steps_per_update_unless_metric_driven(make, expected):
     scheduler = make(torch.optim.SGD(RegressionModel().parameters(), lr=0.1))
     assert steps_per_update(scheduler) is expected
     assert steps_on_metric(scheduler) is (scheduler is not None and not expected)
+
+
+def test_metric_driven_names_build_schedulers_that_step_on_a_metric():
+    """Each lr_scheduler_type in METRIC_DRIVEN_SCHEDULERS builds a scheduler HFModule does not step per update."""
+    from hf_lightning.optim import METRIC_DRIVEN_SCHEDULERS, get_scheduler, steps_per_update
+
+    optimizer = torch.optim.SGD(RegressionModel().parameters(), lr=0.1)
+    assert [steps_per_update(get_scheduler(name, optimizer)) for name in METRIC_DRIVEN_SCHEDULERS] == [
+        False,
+        False,
+    ]

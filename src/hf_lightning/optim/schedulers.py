@@ -17,7 +17,7 @@ from typing import Any, cast
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
-from hf_lightning.args.enums import enum_value
+from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, enum_value
 from hf_lightning.optim import lr_lambdas as lam
 from hf_lightning.optim.greedy import GreedyLR
 
@@ -266,9 +266,6 @@ _BUILDERS: dict[str, Callable[..., Any]] = {
 
 SCHEDULER_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 """Every accepted ``lr_scheduler_type``, as in transformers 5.24's ``SchedulerType``."""
-
-METRIC_DRIVEN_SCHEDULERS: tuple[str, ...] = ("reduce_lr_on_plateau", "greedy")
-"""The ``lr_scheduler_type`` values stepped with an evaluation metric instead of once per optimizer update."""
 
 
 def steps_on_metric(scheduler: Any) -> bool:
