@@ -15,6 +15,7 @@ _EXPORTS: dict[str, str] = {
     "AccumulationWindows": "windows",
     "ModuleSettings": "plan",
     "DataSettings": "plan",
+    "EvalSettings": "plan",
     "check_supported": "argument_table",
     "HFCheckpoint": "callbacks.checkpointing",
     "JITCheckpoint": "callbacks.jit_checkpoint",

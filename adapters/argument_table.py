@@ -22,6 +22,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any, cast
 
+from hf_lightning.args.enums import SAMPLING_STRATEGIES, enum_value
+
 __all__ = [
     "ARGUMENT_TABLE",
     "NOT_APPLICABLE",
@@ -59,13 +61,15 @@ def _rows(status: str, rows: Mapping[str, str]) -> dict[str, ArgumentRow]:
     return {name: ArgumentRow(carrier, status) for name, carrier in rows.items()}
 
 
-_FACADE_OPT = "Trainer facade (optimizer)"
-_FACADE_SCHED = "Trainer facade (LR scheduler)"
+_FACADE_OPT = "hf_lightning.optim.create_optimizer (called by the Trainer facade and HFModule)"
+_SCHED = "Trainer facade (LR scheduler) + HFModule (the scheduler it builds when given none)"
 _EVAL = "Evaluation loop"
-_CKPT = "Trainer checkpointing (trainer_checkpoint.py; HFCheckpoint for a plain Lightning Trainer)"
-_BEST = "Trainer best-model tracking (trainer_eval + trainer_checkpoint)"
+_WHEN_EVAL = "DefaultFlowCallback (when to evaluate)"
+_LOG_LEVEL = "TrainingArguments.get_process_log_level (the Trainer facade's per-process log level)"
+_CKPT = "Trainer checkpointing (trainer/checkpointing.py; HFCheckpoint for a plain Lightning Trainer)"
+_BEST = "Trainer best-model tracking (trainer/evaluation.py, trainer/checkpointing.py)"
 _HUB = "Hub upload (not built)"
-_DATA = "DataSettings → DataLoader"
+_DATA = "Trainer facade DataLoader (trainer/data.py) + DataSettings"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
 _TRACKIO = "Trackio logger (not built)"
 _SCRIPT = "informational (for the user's script; stored in to_dict)"
@@ -80,12 +84,13 @@ _TABLE: dict[str, ArgumentRow] = {
             "num_train_epochs": "lightning.Trainer(max_epochs, max_steps)",
             "max_steps": "lightning.Trainer(max_steps)",
             "learning_rate": _FACADE_OPT,
-            "lr_scheduler_type": _FACADE_SCHED,
-            "lr_scheduler_kwargs": _FACADE_SCHED,
-            "warmup_steps": _FACADE_SCHED,
+            "lr_scheduler_type": _SCHED,
+            "lr_scheduler_kwargs": _SCHED,
+            "warmup_steps": "TrainingArguments.get_warmup_steps (the Trainer facade's LR scheduler) "
+            "+ HFModule (the scheduler it builds when given none)",
             "optim": _FACADE_OPT,
             "optim_args": _FACADE_OPT,
-            "weight_decay": f"{_FACADE_OPT}, decay parameter groups",
+            "weight_decay": f"{_FACADE_OPT}: decay parameter groups",
             "adam_beta1": _FACADE_OPT,
             "adam_beta2": _FACADE_OPT,
             "adam_epsilon": _FACADE_OPT,
@@ -104,8 +109,8 @@ _TABLE: dict[str, ArgumentRow] = {
             "bf16_full_eval": f"{_EVAL} (model cast to bfloat16)",
             "fp16_full_eval": f"{_EVAL} (model cast to float16)",
             "tf32": "Trainer facade (torch TF32 matmul flags)",
-            "activation_checkpointing": "HFModule (activation checkpointing on the model)",
-            "activation_checkpointing_kwargs": "HFModule (activation checkpointing on the model)",
+            "activation_checkpointing": "Trainer facade (model.activation_checkpointing_enable in train())",
+            "activation_checkpointing_kwargs": "Trainer facade (model.activation_checkpointing_enable in train())",
             "gradient_checkpointing": "alias of activation_checkpointing",
             "gradient_checkpointing_kwargs": "alias of activation_checkpointing_kwargs",
             "torch_compile": "HFModule (torch.compile)",
@@ -119,8 +124,8 @@ _TABLE: dict[str, ArgumentRow] = {
         SUPPORTED,
         {
             "use_cache": "Trainer facade (model.config.use_cache)",
-            "neftune_noise_alpha": "NEFTune callback",
-            "torch_empty_cache_steps": "HFModule (empties the accelerator cache every N steps)",
+            "neftune_noise_alpha": "Trainer facade (hf_lightning.neftune: noise on the input embeddings in train())",
+            "torch_empty_cache_steps": "Trainer facade (empties the accelerator cache every N steps)",
         },
     ),
     "auto_find_batch_size": ArgumentRow(
@@ -132,11 +137,11 @@ _TABLE: dict[str, ArgumentRow] = {
             "logging_strategy": "HF logging (DefaultFlowCallback should_log)",
             "logging_steps": "HF logging + lightning.Trainer(log_every_n_steps)",
             "logging_first_step": "HF logging (DefaultFlowCallback should_log)",
-            "log_on_each_node": "Trainer facade (per-process log level)",
-            "logging_nan_inf_filter": "HFModule (NaN/Inf losses left out of the logged loss)",
-            "include_num_input_tokens_seen": "HFModule (num_input_tokens_seen in trainer_state)",
-            "log_level": "Trainer facade (per-process log level)",
-            "log_level_replica": "Trainer facade (per-process log level)",
+            "log_on_each_node": _LOG_LEVEL,
+            "logging_nan_inf_filter": "Trainer facade (NaN/Inf losses left out of the logged loss)",
+            "include_num_input_tokens_seen": "Trainer facade (num_input_tokens_seen in trainer_state)",
+            "log_level": _LOG_LEVEL,
+            "log_level_replica": _LOG_LEVEL,
             "disable_tqdm": "lightning.Trainer(enable_progress_bar)",
             "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger)",
             "run_name": "Lightning loggers (run name / version)",
@@ -149,12 +154,13 @@ _TABLE: dict[str, ArgumentRow] = {
     **_rows(
         SUPPORTED,
         {
-            "eval_strategy": f"{_EVAL} (when to evaluate)",
-            "eval_steps": f"{_EVAL} (when to evaluate)",
-            "eval_delay": f"{_EVAL} (when to evaluate)",
-            "per_device_eval_batch_size": f"{_DATA} (eval batch_size)",
+            "eval_strategy": _WHEN_EVAL,
+            "eval_steps": _WHEN_EVAL,
+            "eval_delay": _WHEN_EVAL,
+            "per_device_eval_batch_size": "TrainingArguments.eval_batch_size (the Trainer facade's "
+            "evaluation DataLoader) + DataSettings",
             "prediction_loss_only": _EVAL,
-            "eval_on_start": f"{_EVAL} (evaluation before the first step)",
+            "eval_on_start": "Trainer facade (evaluation before the first step)",
             "eval_do_concat_batches": f"{_EVAL} (gathering predictions)",
             "eval_use_gather_object": f"{_EVAL} (gathering predictions)",
             "eval_accumulation_steps": f"{_EVAL} (offloading predictions to CPU)",
@@ -162,7 +168,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "batch_eval_metrics": f"{_EVAL} (compute_metrics per batch)",
             "save_only_model": _CKPT,
             "save_strategy": _CKPT,
-            "save_steps": _CKPT,
+            "save_steps": "DefaultFlowCallback (when to save; Trainer checkpointing writes)",
             "save_on_each_node": _CKPT,
             "save_total_limit": f"{_CKPT} (rotation)",
             "enable_jit_checkpoint": "JITCheckpoint Lightning callback (owns SIGTERM during fit)",
@@ -188,7 +194,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "greater_is_better": _BEST,
             "ignore_data_skip": "Trainer facade (resume: skipping seen batches)",
             "restore_callback_states_from_checkpoint": "Trainer facade (resume: callback states)",
-            "full_determinism": "lightning.Trainer(deterministic, benchmark) + enable_full_determinism",
+            "full_determinism": "lightning.Trainer(deterministic, benchmark) + Trainer facade (enable_full_determinism)",
             "seed": "Trainer facade (set_seed before model_init)",
             "data_seed": "Samplers (generator seed)",
             "use_cpu": "lightning.Trainer(accelerator='cpu')",
@@ -207,8 +213,8 @@ _TABLE: dict[str, ArgumentRow] = {
             "dataloader_multiprocessing_context": f"{_DATA} (multiprocessing_context)",
             "dataloader_in_order": f"{_DATA} (in_order)",
             "remove_unused_columns": "Trainer facade (drops columns the model's forward does not take)",
-            "label_names": "HFModule / evaluation loop (label keys)",
-            "train_sampling_strategy": "Samplers (random, sequential, group_by_length, batch_rebalance)",
+            "label_names": "Trainer facade (label keys: evaluation loop, unused-column removal)",
+            "train_sampling_strategy": f"Samplers ({', '.join(SAMPLING_STRATEGIES)})",
             "length_column_name": "Samplers (precomputed lengths)",
             "ddp_find_unused_parameters": f"{_DDP}(find_unused_parameters)",
             "ddp_bucket_cap_mb": f"{_DDP}(bucket_cap_mb)",
@@ -281,8 +287,7 @@ def is_default_value(value: Any, default: Any) -> bool:
     Normalisation turns some defaults into equivalents: ``""`` into ``[]``, ``None`` into an empty
     config object, a string into a ``str`` enum member.
     """
-    if isinstance(value, Enum):
-        value = value.value
+    value = enum_value(value)
     if _equal(value, default):
         return True
     if _is_empty(default) and _is_empty(value):
@@ -344,7 +349,7 @@ def not_yet_fields(args: Any) -> list[str]:
 def _shown(value: Any) -> str:
     """``repr`` of a value, with ``str`` enum members shown as their plain values."""
     if isinstance(value, Enum):
-        return repr(value.value)
+        return repr(enum_value(value))
     if isinstance(value, list):
         return "[" + ", ".join(_shown(item) for item in value) + "]"
     return repr(value)

@@ -4,7 +4,7 @@ The HF evaluation loop (``hf_lightning.trainer.evaluation``) asks this module th
 
 - **where to run**: during ``train()`` the model already sits on the Lightning device, inside the
   running ``lightning.Trainer`` (its precision plugin's autocast applies); standalone, the model is
-  moved to ``args.device`` (cast to bfloat16 / float16 with ``bf16_full_eval`` / ``fp16_full_eval``)
+  moved to the arguments' ``device`` (cast to bfloat16 / float16 with ``bf16_full_eval`` / ``fp16_full_eval``)
   and runs under a Lightning ``MixedPrecision`` plugin when ``bf16`` / ``fp16`` is set;
 - **which batches this rank evaluates**: with several data-parallel processes, `EvalShardSampler`
   deals whole batches round-robin (batch ``i`` to rank ``i % world_size``), padding the last round
@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler
 
+from hf_lightning.adapters.plan_groups import EvalSettings, eval_settings
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
 
 __all__ = ["EvalCollective", "EvalEngine", "EvalShardSampler", "ensure_process_group"]
@@ -176,12 +177,18 @@ class _DeviceTarget:
 class EvalEngine:
     """Where one evaluation runs: inside the running ``lightning.Trainer``, or standalone on ``args.device``.
 
-    ``accelerator`` is the facade's ``LightningAccelerator``; ``args`` its ``TrainingArguments``.
+    ``accelerator`` is the facade's ``LightningAccelerator``; ``args`` its ``TrainingArguments``,
+    translated once into :class:`~hf_lightning.adapters.plan_groups.EvalSettings` (``self.settings``),
+    which is all the engine reads (or pass ``settings`` instead of ``args``).
     """
 
-    def __init__(self, accelerator: Any, args: Any) -> None:
+    def __init__(self, accelerator: Any, args: Any = None, *, settings: EvalSettings | None = None) -> None:
+        if settings is None:
+            if args is None:
+                raise ValueError("`EvalEngine(args=None, settings=None)`: pass one of them")
+            settings = eval_settings(args)
         self.accelerator = accelerator
-        self.args = args
+        self.settings = settings
         self.lightning_trainer = getattr(accelerator.module, "_trainer", None) if accelerator.module else None
 
     @property
@@ -195,8 +202,8 @@ class EvalEngine:
             trainer = cast(Any, self.lightning_trainer)  # not None: in_lightning
             return trainer.world_size, trainer.global_rank
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (dist.is_available() and dist.is_initialized()):
-            device_type = torch.device(self.args.device).type
-            if ensure_process_group(self.args.ddp_backend, self.args.ddp_timeout, device_type):
+            settings = self.settings
+            if ensure_process_group(settings.process_group_backend, settings.timeout_s, settings.device.type):
                 return dist.get_world_size(), dist.get_rank()
         return 1, 0
 
@@ -206,12 +213,10 @@ class EvalEngine:
         start = time.time()
         if self.in_lightning:
             return model, 0.0
-        dtype = None  # full fp16/bf16 evaluation casts a model evaluated outside training, as transformers
-        if not in_train and self.args.fp16_full_eval:
-            dtype = torch.float16
-        elif not in_train and self.args.bf16_full_eval:
-            dtype = torch.bfloat16
-        model = model.to(device=self.args.device, dtype=dtype) if dtype else model.to(self.args.device)
+        # full fp16/bf16 evaluation casts a model evaluated outside training, as transformers
+        dtype = None if in_train else self.settings.eval_dtype
+        device = self.settings.device
+        model = model.to(device=device, dtype=dtype) if dtype else model.to(device)
         return model, round(time.time() - start, 4)
 
     @contextlib.contextmanager
@@ -220,7 +225,7 @@ class EvalEngine:
         precision plugin's autocast."""
         bound_here = self.accelerator.module is None
         if bound_here:
-            device = next((p.device for p in model.parameters()), torch.device(self.args.device))
+            device = next((p.device for p in model.parameters()), self.settings.device)
             self.accelerator.bind(_DeviceTarget(device))
         try:
             with self._precision_context(), torch.no_grad():
@@ -233,11 +238,9 @@ class EvalEngine:
         if self.in_lightning:
             trainer = cast(Any, self.lightning_trainer)  # not None: in_lightning
             return trainer.precision_plugin.forward_context()
-        precision: Literal["bf16-mixed", "16-mixed"] | None = (
-            "bf16-mixed" if self.args.bf16 else "16-mixed" if self.args.fp16 else None
-        )
+        precision = cast(Literal["bf16-mixed", "16-mixed"] | None, self.settings.mixed_precision)
         if precision is None:
             return contextlib.nullcontext()
         from lightning.pytorch.plugins.precision import MixedPrecision
 
-        return MixedPrecision(precision, device=torch.device(self.args.device).type).forward_context()
+        return MixedPrecision(precision, device=self.settings.device.type).forward_context()

@@ -44,7 +44,7 @@ class FitRequest:
 
 @contextlib.contextmanager
 def _quiet_lightning(level: int) -> Iterator[None]:
-    """Lightning's banner lines (devices, tips, "fit stopped") below ``args.log_level``; HF logs speak instead."""
+    """Lightning's banner lines (devices, tips, "fit stopped") below ``level`` (the plan's log level); HF logs speak instead."""
     import lightning_utilities.core.rank_zero as rank_zero
 
     names = ("lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero")
@@ -68,9 +68,9 @@ def _quiet_lightning(level: int) -> Iterator[None]:
 
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
-    facade, args = request.trainer, request.trainer.args
+    facade = request.trainer
     plan = to_lightning(
-        args,
+        facade.args,
         env=dict(os.environ),
         cuda_available=torch.cuda.is_available(),
         num_update_steps_per_epoch=request.num_update_steps_per_epoch,
@@ -84,11 +84,12 @@ def run_fit(request: FitRequest) -> HFModule:
     kwargs["limit_val_batches"] = 0
     module = HFModule(
         facade.model,
-        args,
+        facade.args,  # create_optimizer builds from the arguments; the module reads only plan.module
         driver=request.driver,
         optimizers=(facade.optimizer, facade.lr_scheduler),
         shift_labels=getattr(facade, "loss_shifts_labels", None),
         compute_loss_func=facade.compute_loss_func,
+        settings=plan.module,
     )
     loggers = list(plan.loggers)
     loggers_callback = LightningLoggersCallback(loggers) if loggers else None
@@ -96,9 +97,9 @@ def run_fit(request: FitRequest) -> HFModule:
         facade.callback_handler.add_callback(loggers_callback)
     facade.accelerator.bind(module)
     windows = AccumulationWindows(
-        request.dataloader, args.gradient_accumulation_steps, skip_windows=request.skip_windows
+        request.dataloader, plan.module.gradient_accumulation_steps, skip_windows=request.skip_windows
     )
-    if args.enable_jit_checkpoint:  # owns SIGTERM while fitting (adapters/callbacks/jit_checkpoint.py)
+    if plan.enable_jit_checkpoint:  # owns SIGTERM while fitting (adapters/callbacks/jit_checkpoint.py)
         from hf_lightning.adapters.callbacks.jit_checkpoint import jit_checkpoint_for
 
         kwargs["callbacks"] = [
@@ -108,7 +109,7 @@ def run_fit(request: FitRequest) -> HFModule:
     retain_freed_memory()
     world_size = os.environ.get("WORLD_SIZE")
     try:
-        with _quiet_lightning(args.get_process_log_level()):
+        with _quiet_lightning(plan.process_log_level):
             engine = L.Trainer(**kwargs)
             engine.fit(module, train_dataloaders=windows)
     finally:

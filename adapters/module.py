@@ -27,8 +27,11 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.adapters.plan_groups import ModuleSettings, module_settings
+from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
+from hf_lightning.optim.schedulers import steps_per_update
 
 __all__ = ["HFModule", "StandaloneDriver"]
 
@@ -86,12 +89,15 @@ class HFModule(L.LightningModule):
     Args:
         model: the model to train (``forward(**batch)`` returns the loss first when labels are given).
         args: the ``TrainingArguments`` whose optimizer, scheduler, clipping and accumulation settings
-            apply (defaults to ``TrainingArguments()``).
+            apply (defaults to ``TrainingArguments()``); translated once, at construction, into
+            :class:`~hf_lightning.adapters.plan.ModuleSettings` (``self.settings``), which is all the
+            module reads afterwards (the optimizer is built from ``args`` by ``create_optimizer``).
         driver: who receives the step events (``hf_lightning.Trainer`` passes its own).
         optimizers: ``(optimizer, lr_scheduler)`` to use instead of building them from ``args``.
         shift_labels: whether the model's loss predicts ``labels[..., 1:]``; inferred when None.
         compute_loss_func: ``compute_loss_func(outputs, labels, num_items_in_batch)`` replacing the
             model's own loss.
+        settings: the module's group of a plan (``to_lightning(args).module``), when already built.
     """
 
     def __init__(
@@ -103,10 +109,12 @@ class HFModule(L.LightningModule):
         optimizers: tuple[Any, Any] = (None, None),
         shift_labels: bool | None = None,
         compute_loss_func: Any = None,
+        settings: ModuleSettings | None = None,
     ) -> None:
         super().__init__()
         self.model = model
         self.args = args if args is not None else TrainingArguments()
+        self.settings = settings if settings is not None else module_settings(self.args)
         self.automatic_optimization = False
         self.driver = driver if driver is not None else StandaloneDriver()
         self.driver.bind(self)
@@ -123,9 +131,9 @@ class HFModule(L.LightningModule):
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
             self.model,
-            label_smoothing_factor=self.args.label_smoothing_factor,
+            label_smoothing_factor=self.settings.label_smoothing_factor,
             compute_loss_func=self._compute_loss_func,
-            average_tokens_across_devices=self.args.average_tokens_across_devices,
+            average_tokens_across_devices=self.settings.average_tokens_across_devices,
             world_size=world_size,
             shift_labels=self._shift_labels,
         )
@@ -158,12 +166,11 @@ class HFModule(L.LightningModule):
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
 
         self.train_model = self.model
-        if self.args.torch_compile:
+        settings = self.settings
+        if settings.torch_compile:
             # transformers compiles the model it trains; the saved weights keep the plain names.
             compiled = torch.compile(
-                self.model,
-                backend=self.args.torch_compile_backend or "inductor",
-                mode=self.args.torch_compile_mode,
+                self.model, backend=settings.torch_compile_backend, mode=settings.torch_compile_mode
             )
             self.train_model = cast(nn.Module, compiled)
 
@@ -183,11 +190,11 @@ class HFModule(L.LightningModule):
 
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = get_scheduler(
-                self.args.lr_scheduler_type,
+                self.settings.lr_scheduler_type,
                 optimizer,
-                num_warmup_steps=self.args.get_warmup_steps(total),
+                num_warmup_steps=resolve_steps(self.settings.warmup_steps, total),
                 num_training_steps=total,
-                scheduler_specific_kwargs=cast(dict[str, Any], self.args.lr_scheduler_kwargs or {}),
+                scheduler_specific_kwargs=dict(self.settings.lr_scheduler_kwargs),
             )
         self.hf_lr_scheduler = scheduler
         return optimizer
@@ -222,7 +229,7 @@ class HFModule(L.LightningModule):
         optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
         self.driver.on_optimizer_step()
         learning_rate = self.current_learning_rate()
-        if self._steps_per_update(self.hf_lr_scheduler):
+        if steps_per_update(self.hf_lr_scheduler):
             self.hf_lr_scheduler.step()
         for param in self._optimized_parameters():  # model.zero_grad(), without walking the module tree
             param.grad = None
@@ -296,7 +303,7 @@ class HFModule(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        max_norm = self.args.max_grad_norm
+        max_norm = self.settings.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
         params = [p for p in self._optimized_parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
@@ -317,10 +324,10 @@ class HFModule(L.LightningModule):
 
     def _as_window(self, batch: Any) -> list[Any]:
         if isinstance(batch, Mapping):
-            if self.args.gradient_accumulation_steps > 1:
+            if self.settings.gradient_accumulation_steps > 1:
                 raise ValueError(
                     f"HFModule got a single batch but `args.gradient_accumulation_steps="
-                    f"{self.args.gradient_accumulation_steps}`: wrap the training DataLoader in "
+                    f"{self.settings.gradient_accumulation_steps}`: wrap the training DataLoader in "
                     "`hf_lightning.adapters.AccumulationWindows(loader, steps)` so each Lightning batch "
                     "holds the micro-batches of one optimizer step"
                 )
@@ -340,25 +347,18 @@ class HFModule(L.LightningModule):
         if count is None:
             return None
         count = count.to(self.device)
-        if self.args.average_tokens_across_devices and self.trainer.world_size > 1:
+        if self.settings.average_tokens_across_devices and self.trainer.world_size > 1:
             count = self.trainer.strategy.reduce(count, reduce_op="sum")
         return count
 
     def current_learning_rate(self) -> float:
         """The learning rate of the first parameter group as the scheduler last set it."""
         scheduler = self.hf_lr_scheduler
-        if not self._steps_per_update(scheduler):
+        if not steps_per_update(scheduler):
             optimizer: Any = self.optimizers()
             optimizer = getattr(optimizer, "optimizer", optimizer)
             return float(optimizer.param_groups[0]["lr"])
         return float(scheduler.get_last_lr()[0])
-
-    @staticmethod
-    def _steps_per_update(scheduler: Any) -> bool:
-        """Whether ``scheduler`` steps after every optimizer update (metric-driven ones step on evaluation)."""
-        if scheduler is None or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            return False
-        return type(scheduler).__name__ != "GreedyLR"
 
 
 # Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);

@@ -32,69 +32,28 @@ import torch
 
 from hf_lightning.adapters.argument_table import carriers_for, check_supported, non_default_fields
 from hf_lightning.adapters.loggers import LoggerSpec, logger_specs
+from hf_lightning.adapters.plan_groups import (
+    DataSettings,
+    EvalSettings,
+    ModuleSettings,
+    data_settings,
+    eval_settings,
+    module_settings,
+    precisions,
+)
 from hf_lightning.adapters.strategy import DistributedSettings, build_strategy, distributed_settings
+from hf_lightning.args.enums import enum_value
 
-__all__ = ["DataSettings", "LightningPlan", "ModuleSettings", "to_lightning"]
-
-
-@dataclass(frozen=True)
-class ModuleSettings:
-    """What ``HFModule`` needs to reproduce transformers' training step."""
-
-    gradient_accumulation_steps: int
-    max_grad_norm: float | None
-    """Clip the global gradient norm to this; ``None`` or 0 disables clipping."""
-    average_tokens_across_devices: bool
-    label_smoothing_factor: float
-    logging_nan_inf_filter: bool
-    include_num_input_tokens_seen: str
-    """``"no"``, ``"all"`` or ``"non_padding"`` (booleans map to ``"all"`` / ``"no"``)."""
-    neftune_noise_alpha: float | None
-    torch_empty_cache_steps: int | None
-    torch_compile: bool
-    """On when asked for, or when a backend or mode is given."""
-    torch_compile_backend: str | None
-    torch_compile_mode: str | None
-    activation_checkpointing: bool
-    activation_checkpointing_kwargs: Mapping[str, Any] | None
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """What the data loaders and samplers need."""
-
-    per_device_train_batch_size: int
-    per_device_eval_batch_size: int
-    dataloader_drop_last: bool
-    dataloader_num_workers: int
-    dataloader_pin_memory: bool
-    """Off with ``use_cpu``, as in transformers."""
-    dataloader_persistent_workers: bool
-    dataloader_prefetch_factor: int | None
-    dataloader_multiprocessing_context: str | None
-    dataloader_in_order: bool
-    seed: int
-    data_seed: int | None
-    train_sampling_strategy: str
-    length_column_name: str
-    remove_unused_columns: bool
-    label_names: tuple[str, ...] | None
-
-    @property
-    def sampler_seed(self) -> int:
-        """The seed of the samplers' generator: ``data_seed``, else ``seed``."""
-        return self.seed if self.data_seed is None else self.data_seed
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        """``DataLoader`` keyword arguments shared by training and evaluation (no batch size, sampler)."""
-        return {
-            "num_workers": self.dataloader_num_workers,
-            "pin_memory": self.dataloader_pin_memory,
-            "persistent_workers": self.dataloader_persistent_workers,
-            "prefetch_factor": self.dataloader_prefetch_factor,
-            "multiprocessing_context": self.dataloader_multiprocessing_context,
-            "in_order": self.dataloader_in_order,
-        }
+__all__ = [
+    "DataSettings",
+    "EvalSettings",
+    "LightningPlan",
+    "ModuleSettings",
+    "data_settings",
+    "eval_settings",
+    "module_settings",
+    "to_lightning",
+]
 
 
 @dataclass(frozen=True)
@@ -123,6 +82,10 @@ class LightningPlan:
     full_determinism: bool
     tf32: bool | None
     num_update_steps_per_epoch: int | None
+    process_log_level: int
+    """The level Lightning's own log lines must reach to show (``TrainingArguments.get_process_log_level``)."""
+    enable_jit_checkpoint: bool
+    """Whether the fit owns SIGTERM to save a checkpoint before exiting (``JITCheckpoint``)."""
     carriers: Mapping[str, str] = field(repr=False)
     """For each ``TrainingArguments`` field, the object that carries it (``docs/arguments.md``)."""
     arguments_set: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -209,7 +172,7 @@ def _duration(args: Any, steps_per_epoch: int | None) -> tuple[int, int]:
 
 def _log_every_n_steps(args: Any, max_steps: int) -> int | None:
     """``logging_steps`` when logging by steps; a ratio needs the total number of steps."""
-    if _str(args.logging_strategy) != "steps":
+    if enum_value(args.logging_strategy) != "steps":
         return None
     steps = args.logging_steps
     if steps >= 1:
@@ -217,26 +180,6 @@ def _log_every_n_steps(args: Any, max_steps: int) -> int | None:
     if steps > 0 and max_steps > 0:
         return max(1, math.ceil(max_steps * steps))
     return None
-
-
-def _str(value: Any) -> Any:
-    """The plain value of a ``str`` enum member."""
-    return getattr(value, "value", value)
-
-
-def _precisions(args: Any) -> tuple[str, str | None, torch.dtype | None]:
-    if args.bf16 and args.fp16:
-        raise ValueError("`TrainingArguments(bf16=True, fp16=True)` is contradictory; set at most one")
-    if args.bf16_full_eval and args.fp16_full_eval:
-        raise ValueError(
-            "`TrainingArguments(bf16_full_eval=True, fp16_full_eval=True)` is contradictory; set at most one"
-        )
-    precision = "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "32-true"
-    if args.bf16_full_eval:
-        return precision, "bf16-true", torch.bfloat16
-    if args.fp16_full_eval:
-        return precision, "16-true", torch.float16
-    return precision, None, None
 
 
 def _trainer_settings(
@@ -262,64 +205,6 @@ def _trainer_settings(
         "default_root_dir": args.output_dir,
         "enable_model_summary": False,
     }
-
-
-def _tokens_seen(value: Any) -> str:
-    if isinstance(value, bool):
-        return "all" if value else "no"
-    return str(_str(value))
-
-
-def _checkpointing(args: Any) -> tuple[bool, Mapping[str, Any] | None]:
-    """``activation_checkpointing`` and its kwargs, falling back to the deprecated ``gradient_*`` names."""
-    enabled = getattr(args, "activation_checkpointing", None)
-    if enabled is None:
-        enabled = getattr(args, "gradient_checkpointing", None)
-    kwargs = getattr(args, "activation_checkpointing_kwargs", None)
-    if kwargs is None:
-        kwargs = getattr(args, "gradient_checkpointing_kwargs", None)
-    return bool(enabled), (MappingProxyType(dict(kwargs)) if kwargs else None)
-
-
-def _module_settings(args: Any) -> ModuleSettings:
-    compile_on = bool(args.torch_compile or args.torch_compile_backend or args.torch_compile_mode)
-    backend = args.torch_compile_backend or ("inductor" if compile_on else None)
-    checkpointing, checkpointing_kwargs = _checkpointing(args)
-    return ModuleSettings(
-        gradient_accumulation_steps=int(args.gradient_accumulation_steps),
-        max_grad_norm=args.max_grad_norm,
-        average_tokens_across_devices=bool(args.average_tokens_across_devices),
-        label_smoothing_factor=float(args.label_smoothing_factor),
-        logging_nan_inf_filter=bool(args.logging_nan_inf_filter),
-        include_num_input_tokens_seen=_tokens_seen(args.include_num_input_tokens_seen),
-        neftune_noise_alpha=args.neftune_noise_alpha,
-        torch_empty_cache_steps=args.torch_empty_cache_steps,
-        torch_compile=compile_on,
-        torch_compile_backend=backend,
-        torch_compile_mode=args.torch_compile_mode,
-        activation_checkpointing=checkpointing,
-        activation_checkpointing_kwargs=checkpointing_kwargs,
-    )
-
-
-def _data_settings(args: Any) -> DataSettings:
-    return DataSettings(
-        per_device_train_batch_size=int(args.per_device_train_batch_size),
-        per_device_eval_batch_size=int(args.per_device_eval_batch_size),
-        dataloader_drop_last=bool(args.dataloader_drop_last),
-        dataloader_num_workers=int(args.dataloader_num_workers),
-        dataloader_pin_memory=bool(args.dataloader_pin_memory) and not args.use_cpu,
-        dataloader_persistent_workers=bool(args.dataloader_persistent_workers),
-        dataloader_prefetch_factor=args.dataloader_prefetch_factor,
-        dataloader_multiprocessing_context=args.dataloader_multiprocessing_context,
-        dataloader_in_order=bool(args.dataloader_in_order),
-        seed=int(args.seed),
-        data_seed=args.data_seed,
-        train_sampling_strategy=str(_str(args.train_sampling_strategy)),
-        length_column_name=args.length_column_name,
-        remove_unused_columns=bool(args.remove_unused_columns),
-        label_names=tuple(args.label_names) if args.label_names is not None else None,
-    )
 
 
 def to_lightning(
@@ -355,7 +240,7 @@ def to_lightning(
         )
     env = {} if env is None else dict(env)
     distributed = distributed_settings(args, env, cuda_available=cuda_available)
-    precision, eval_precision, eval_dtype = _precisions(args)
+    precision, eval_precision, eval_dtype = precisions(args)
     settings = _trainer_settings(args, distributed, precision, num_update_steps_per_epoch)
     return LightningPlan(
         trainer_settings=MappingProxyType(settings),
@@ -364,12 +249,14 @@ def to_lightning(
         eval_dtype=eval_dtype,
         distributed=distributed,
         logger_specs=logger_specs(args, env),
-        module=_module_settings(args),
-        data=_data_settings(args),
+        module=module_settings(args),
+        data=data_settings(args),
         seed=int(args.seed),
         full_determinism=bool(args.full_determinism),
         tf32=args.tf32,
         num_update_steps_per_epoch=num_update_steps_per_epoch,
+        process_log_level=int(args.get_process_log_level()),
+        enable_jit_checkpoint=bool(args.enable_jit_checkpoint),
         carriers=carriers_for(args),
         arguments_set=tuple((name, repr(getattr(args, name))) for name in non_default_fields(args)),
     )

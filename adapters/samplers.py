@@ -30,6 +30,7 @@ from torch.utils.data import DistributedSampler
 
 from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
 from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
+from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import compute_lengths
 
 __all__ = [
@@ -42,7 +43,6 @@ __all__ = [
     "length_grouped_indices",
 ]
 
-SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")
 MEGABATCH_MULT = 50
 
 
@@ -233,7 +233,7 @@ def build_train_sampler(
             + ", ".join(repr(s) for s in SAMPLING_STRATEGIES)
         )
     world: dict[str, Any] = {"num_replicas": num_replicas, "rank": rank, "seed": seed, "drop_last": drop_last}
-    if strategy in ("random", "sequential"):
+    if strategy not in LENGTH_SAMPLING_STRATEGIES:  # "random" / "sequential": the size is enough
         size = lengths if isinstance(lengths, int) else len(lengths)
         return ShardedSampler(size, shuffle=strategy == "random", **world), None
     if isinstance(lengths, int):

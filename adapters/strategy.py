@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from hf_lightning.adapters.plan_groups import checkpointing
+
 __all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "distributed_settings"]
 
 DDP_BACKENDS = ("nccl", "mpi", "xccl", "gloo", "hccl")
@@ -94,13 +96,6 @@ def _world(env: Mapping[str, str]) -> tuple[int, int, int]:
     return world_size, local, world_size // local
 
 
-def _activation_checkpointing(args: Any) -> bool:
-    value = getattr(args, "activation_checkpointing", None)
-    if value is None:
-        value = getattr(args, "gradient_checkpointing", None)
-    return bool(value)
-
-
 def distributed_settings(
     args: Any, env: Mapping[str, str], *, cuda_available: bool = False
 ) -> DistributedSettings:
@@ -120,7 +115,7 @@ def distributed_settings(
         accelerator = "auto"
     find_unused = args.ddp_find_unused_parameters
     if find_unused is None:
-        find_unused = not _activation_checkpointing(args)
+        find_unused = not checkpointing(args)[0]
     return DistributedSettings(
         accelerator=accelerator,
         devices=devices,

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from hf_lightning.adapters.argument_carriers import unread_claims
 from hf_lightning.adapters.argument_table import (
     ARGUMENT_TABLE,
     NOT_YET,
     SEQ2SEQ_ARGUMENT_TABLE,
     STATUSES,
+    ArgumentRow,
     carriers_for,
     check_supported,
     is_default_value,
@@ -169,3 +171,54 @@ def test_is_default_value(value, default, expected):
 def test_carriers_cover_every_field():
     """carriers_for gives a carrier for every field of the arguments, seq2seq included."""
     assert set(carriers_for(Seq2SeqTrainingArguments())) == _field_names(Seq2SeqTrainingArguments)
+
+
+def test_every_claimed_carrier_reads_its_field():
+    """Each part of every supported row's carrier reads the field in its own code (docs/arguments.md is honest)."""
+    assert unread_claims({**ARGUMENT_TABLE, **SEQ2SEQ_ARGUMENT_TABLE}) == []
+
+
+def test_a_carrier_that_does_not_read_the_field_is_caught():
+    """A planted row crediting HFModule with a field it never reads fails the check."""
+    planted = {"push_to_hub": ArgumentRow("HFModule (uploads the model)")}
+    assert unread_claims(planted) == ["push_to_hub: 'HFModule (uploads the model)' does not read it"]
+
+
+def test_the_old_hf_module_rows_are_caught():
+    """The rows that once credited HFModule with facade work fail the check."""
+    planted = {
+        name: ArgumentRow("HFModule")
+        for name in ("activation_checkpointing", "torch_empty_cache_steps", "logging_nan_inf_filter")
+    }
+    assert len(unread_claims(planted)) == 3
+
+
+def test_a_carrier_the_check_does_not_know_is_caught():
+    """A carrier naming no known code (the old "NEFTune callback") is reported, so no row escapes."""
+    planted = {"neftune_noise_alpha": ArgumentRow("NEFTune callback")}
+    assert unread_claims(planted) == [
+        "neftune_noise_alpha: 'NEFTune callback' names no carrier of CARRIER_SOURCES"
+    ]
+
+
+def test_one_false_part_of_a_joined_carrier_is_caught():
+    """In an 'A + B' carrier, a B that does not read the field fails even when A does."""
+    planted = {"max_steps": ArgumentRow("lightning.Trainer(max_steps) + DDPStrategy(max_steps)")}
+    assert unread_claims(planted) == ["max_steps: 'DDPStrategy(max_steps)' does not read it"]
+
+
+def test_a_carrier_is_checked_in_its_own_function():
+    """lightning.Trainer is checked in the trainer-settings builder, not in the rest of the plan."""
+    planted = {"dataloader_num_workers": ArgumentRow("lightning.Trainer(num_workers)")}
+    assert unread_claims(planted) == [
+        "dataloader_num_workers: 'lightning.Trainer(num_workers)' does not read it"
+    ]
+
+
+def test_rows_without_a_working_carrier_are_not_checked():
+    """'not yet' and 'not applicable' rows claim nothing, so they are skipped."""
+    planted = {
+        "push_to_hub": ArgumentRow("HFModule", NOT_YET),
+        "do_train": ArgumentRow("HFModule", "not applicable"),
+    }
+    assert unread_claims(planted) == []

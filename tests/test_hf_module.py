@@ -245,3 +245,64 @@ def test_cpu_batches_are_left_to_the_driver_that_places_them():
         window, torch.device("meta"), 0
     )
     assert meta[0]["x"].device.type == "meta"  # any other device: Lightning moves the window
+
+
+def test_module_reads_the_settings_it_is_given():
+    """HFModule(model, args, settings=plan.module) keeps that group and reads nothing else."""
+    from hf_lightning.adapters import to_lightning
+
+    plan = to_lightning(TrainingArguments(output_dir="out", gradient_accumulation_steps=3))
+    module = HFModule(RegressionModel(), TrainingArguments(output_dir="out"), settings=plan.module)
+    assert module.settings is plan.module
+    assert module.settings.gradient_accumulation_steps == 3
+
+
+def test_module_translates_the_arguments_once():
+    """Arguments changed after HFModule is built change nothing: the module reads its settings."""
+    args = TrainingArguments(output_dir="out", max_grad_norm=0.5, lr_scheduler_type="cosine")
+    module = HFModule(RegressionModel(), args)
+    args.max_grad_norm, args.lr_scheduler_type = 2.0, "constant"
+    assert (module.settings.max_grad_norm, module.settings.lr_scheduler_type) == (0.5, "cosine")
+
+
+def test_module_builds_the_scheduler_of_its_settings():
+    """With no scheduler given, HFModule builds lr_scheduler_type with the resolved warm-up steps."""
+    args = TrainingArguments(
+        output_dir="out", learning_rate=1.0, warmup_steps=0.5, lr_scheduler_type="linear"
+    )
+    loader = DataLoader(regression_data(16), batch_size=4, collate_fn=default_data_collator)
+    module = HFModule(RegressionModel(), args)
+    _trainer(max_steps=4).fit(module, train_dataloaders=loader)
+    # 2 warm-up steps of 4, then linear decay to 0: the last update used lr 1/2 -> scheduler at 0
+    assert module.hf_lr_scheduler.get_last_lr()[0] == 0.0
+    assert module.hf_lr_scheduler.lr_lambdas[0](1) == 0.5
+
+
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda opt: None, False),
+        (lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0), True),
+        (lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(opt), False),
+        (lambda opt: __import__("hf_lightning.optim", fromlist=["GreedyLR"]).GreedyLR(opt), False),
+    ],
+    ids=["none", "lambda", "plateau", "greedy"],
+)
+def test_scheduler_steps_per_update_unless_metric_driven(make, expected):
+    """steps_per_update: a schedule steps after every update; ReduceLROnPlateau and GreedyLR step on a metric."""
+    from hf_lightning.optim import steps_on_metric, steps_per_update
+
+    scheduler = make(torch.optim.SGD(RegressionModel().parameters(), lr=0.1))
+    assert steps_per_update(scheduler) is expected
+    assert steps_on_metric(scheduler) is (scheduler is not None and not expected)
+
+
+def test_metric_driven_names_build_schedulers_that_step_on_a_metric():
+    """Each lr_scheduler_type in METRIC_DRIVEN_SCHEDULERS builds a scheduler HFModule does not step per update."""
+    from hf_lightning.optim import METRIC_DRIVEN_SCHEDULERS, get_scheduler, steps_per_update
+
+    optimizer = torch.optim.SGD(RegressionModel().parameters(), lr=0.1)
+    assert [steps_per_update(get_scheduler(name, optimizer)) for name in METRIC_DRIVEN_SCHEDULERS] == [
+        False,
+        False,
+    ]

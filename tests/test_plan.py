@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
+import logging
 from datetime import timedelta
+from pathlib import Path
 from types import MappingProxyType
 
 import lightning as L
@@ -13,7 +16,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.strategies import DDPStrategy
 
-from hf_lightning.adapters.plan import LightningPlan, to_lightning
+from hf_lightning.adapters.plan import LightningPlan, eval_settings, to_lightning
 from hf_lightning.args.training_args import TrainingArguments
 
 TWO_PROCESSES = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
@@ -135,6 +138,15 @@ ROWS = [
     ({"length_column_name": "n"}, {}, "data.length_column_name", "n"),
     ({"remove_unused_columns": False}, {}, "data.remove_unused_columns", False),
     ({"label_names": ["start", "end"]}, {}, "data.label_names", ("start", "end")),
+    # scheduler settings (HFModule builds the scheduler when it is given none)
+    ({}, {}, "module.lr_scheduler_type", "linear"),
+    ({"lr_scheduler_type": "cosine"}, {}, "module.lr_scheduler_type", "cosine"),
+    ({"lr_scheduler_kwargs": {"num_cycles": 2}}, {}, "module.lr_scheduler_kwargs", {"num_cycles": 2}),
+    ({"warmup_steps": 0.25}, {}, "module.warmup_steps", 0.25),
+    # the fit's own switches
+    ({}, {}, "enable_jit_checkpoint", False),
+    ({"enable_jit_checkpoint": True}, {}, "enable_jit_checkpoint", True),
+    ({"log_level": "error"}, {}, "process_log_level", logging.ERROR),
     # distributed: launcher variables decide
     ({}, {}, "trainer_kwargs.strategy", "auto"),
     ({"ddp_find_unused_parameters": False}, {}, "trainer_kwargs.strategy", "auto"),
@@ -359,3 +371,104 @@ def test_plan_is_frozen():
     plan = _plan()
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.seed = 1
+
+
+@pytest.mark.parametrize("use_cpu", [False, True])
+def test_pin_memory_is_what_transformers_passes(use_cpu):
+    """data.dataloader_pin_memory is transformers' DataLoader pin_memory: the argument after __post_init__."""
+    from transformers import TrainingArguments as HFTrainingArguments
+
+    hf_args = HFTrainingArguments(output_dir="out", use_cpu=use_cpu, report_to="none")
+    assert _plan(use_cpu=use_cpu).data.dataloader_pin_memory is hf_args.dataloader_pin_memory
+
+
+def test_pin_memory_follows_the_argument_not_use_cpu():
+    """The plan passes dataloader_pin_memory as set, as transformers does, without re-reading use_cpu."""
+    args = TrainingArguments(output_dir="out", use_cpu=True)
+    args.dataloader_pin_memory = True
+    assert to_lightning(args).data.dataloader_pin_memory is True
+
+
+def test_loader_kwargs_without_workers_leave_out_the_worker_options():
+    """With no workers, loader_kwargs has no prefetch_factor, multiprocessing_context or in_order."""
+    kwargs = _plan(dataloader_pin_memory=False).data.loader_kwargs()
+    assert kwargs == {"num_workers": 0, "pin_memory": False, "persistent_workers": False}
+
+
+def test_loader_kwargs_with_workers_carry_the_worker_options():
+    """With workers, loader_kwargs carries every dataloader_* argument."""
+    plan = _plan(dataloader_num_workers=2, dataloader_prefetch_factor=3, dataloader_in_order=False)
+    assert plan.data.loader_kwargs() == {
+        "num_workers": 2,
+        "pin_memory": True,
+        "persistent_workers": False,
+        "prefetch_factor": 3,
+        "multiprocessing_context": None,
+        "in_order": False,
+    }
+
+
+def test_loader_kwargs_build_a_dataloader():
+    """loader_kwargs() are valid torch DataLoader keyword arguments."""
+    loader = torch.utils.data.DataLoader(
+        list(range(4)), batch_size=2, **_plan(use_cpu=True).data.loader_kwargs()
+    )
+    assert [batch.tolist() for batch in loader] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    "arguments,field,expected",
+    [
+        ({"use_cpu": True}, "device", torch.device("cpu")),
+        ({}, "mixed_precision", None),
+        ({"bf16": True}, "mixed_precision", "bf16-mixed"),
+        ({"fp16_full_eval": True}, "eval_dtype", torch.float16),
+        ({"bf16_full_eval": True}, "eval_dtype", torch.bfloat16),
+        ({"ddp_backend": "gloo"}, "process_group_backend", "gloo"),
+        ({"ddp_timeout": 60}, "timeout_s", 60),
+    ],
+)
+def test_eval_settings(arguments, field, expected):
+    """eval_settings(args) carries what a standalone evaluation needs."""
+    settings = eval_settings(TrainingArguments(output_dir="out", **arguments))
+    assert getattr(settings, field) == expected
+
+
+# The consumers of the plan: they read its groups, never a TrainingArguments field. The plan builders
+# (to_lightning and the *_settings functions) are the only readers of the arguments.
+CONSUMERS = [
+    ("module.py", None),
+    ("fit.py", None),
+    ("evaluation.py", None),
+    ("strategy.py", "distributed_settings"),
+    ("samplers.py", None),
+    ("samplers_common.py", None),
+    ("samplers_rebalance.py", None),
+    ("windows.py", None),
+]
+
+
+def _argument_reads(tree: ast.AST) -> list[str]:
+    """``args.<field>`` / ``self.args.<field>`` / ``x.args.<field>`` attribute reads in ``tree``."""
+    reads = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "args") or (
+            isinstance(owner, ast.Attribute) and owner.attr == "args"
+        ):
+            reads.append(f"line {node.lineno}: .args.{node.attr}")
+    return reads
+
+
+@pytest.mark.parametrize("filename,builder", CONSUMERS, ids=[row[0] for row in CONSUMERS])
+def test_consumer_reads_no_argument_field(filename, builder):
+    """The module, fit, evaluation, strategy, sampler and window code read the plan, not TrainingArguments."""
+    import hf_lightning.adapters as adapters
+
+    source = (Path(adapters.__file__).parent / filename).read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    if builder is not None:  # the plan builder in this file reads the arguments by design
+        tree.body = [n for n in tree.body if getattr(n, "name", None) != builder]
+    assert _argument_reads(tree) == []

@@ -330,3 +330,13 @@ def test_rebalance_refuses_a_sampler_as_lengths() -> None:
     """Lightning re-instantiating the batch sampler with a sampler gets a clear error, not garbage."""
     with pytest.raises(ValueError, match="use_distributed_sampler=False"):
         BatchRebalanceSampler(DistributedSampler(range(4), 1, 0), batch_size=2)
+
+
+def test_sampling_strategies_have_one_home():
+    """The samplers' strategy list is the vocabulary's, as the argument table's carrier text."""
+    from hf_lightning.adapters import samplers
+    from hf_lightning.adapters.argument_table import ARGUMENT_TABLE
+    from hf_lightning.args import enums
+
+    assert samplers.SAMPLING_STRATEGIES is enums.SAMPLING_STRATEGIES
+    assert ", ".join(enums.SAMPLING_STRATEGIES) in ARGUMENT_TABLE["train_sampling_strategy"].carrier

@@ -7,8 +7,12 @@ Each enum mixes in ``str`` so ``args.eval_strategy == "steps"`` holds, and an un
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 __all__ = [
+    "LENGTH_SAMPLING_STRATEGIES",
+    "METRIC_DRIVEN_SCHEDULERS",
+    "SAMPLING_STRATEGIES",
     "ChoiceEnum",
     "DebugOption",
     "FSDPOption",
@@ -18,7 +22,19 @@ __all__ = [
     "ParallelMode",
     "SaveStrategy",
     "SchedulerType",
+    "enum_value",
 ]
+
+LENGTH_SAMPLING_STRATEGIES: tuple[str, ...] = ("group_by_length", "batch_rebalance")
+"""The ``train_sampling_strategy`` values that need per-sample lengths."""
+
+SAMPLING_STRATEGIES: tuple[str, ...] = ("random", "sequential", *LENGTH_SAMPLING_STRATEGIES)
+"""Values accepted by ``train_sampling_strategy``."""
+
+
+def enum_value(value: Any) -> Any:
+    """The plain value of an enum member (``IntervalStrategy.STEPS`` -> ``"steps"``); anything else unchanged."""
+    return value.value if isinstance(value, Enum) else value
 
 
 class ChoiceEnum(str, Enum):
@@ -75,6 +91,13 @@ class SchedulerType(ChoiceEnum):
     COSINE_WARMUP_WITH_MIN_LR = "cosine_warmup_with_min_lr"
     WARMUP_STABLE_DECAY = "warmup_stable_decay"
     GREEDY = "greedy"
+
+
+METRIC_DRIVEN_SCHEDULERS: tuple[str, ...] = (
+    SchedulerType.REDUCE_ON_PLATEAU.value,
+    SchedulerType.GREEDY.value,
+)
+"""The ``lr_scheduler_type`` values stepped with an evaluation metric instead of once per optimizer update."""
 
 
 class OptimizerNames(ChoiceEnum):

@@ -18,6 +18,7 @@ from hf_lightning.optim.optimizers import (
     parse_optim_args,
 )
 from hf_lightning.optim.schedulers import (
+    METRIC_DRIVEN_SCHEDULERS,
     SCHEDULER_NAMES,
     get_constant_schedule,
     get_constant_schedule_with_warmup,
@@ -32,9 +33,12 @@ from hf_lightning.optim.schedulers import (
     get_reduce_on_plateau_schedule,
     get_scheduler,
     get_wsd_schedule,
+    steps_on_metric,
+    steps_per_update,
 )
 
 __all__ = [
+    "METRIC_DRIVEN_SCHEDULERS",
     "SCHEDULER_NAMES",
     "SUPPORTED_OPTIMIZERS",
     "UNSUPPORTED_OPTIMIZERS",
@@ -60,4 +64,6 @@ __all__ = [
     "get_scheduler",
     "get_wsd_schedule",
     "parse_optim_args",
+    "steps_on_metric",
+    "steps_per_update",
 ]

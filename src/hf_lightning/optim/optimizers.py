@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 import warnings
-from enum import Enum
 from typing import Any
 
 import torch
 from torch import nn
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
 
 __all__ = [
@@ -87,7 +87,7 @@ def parse_optim_args(optim_args: str | None) -> dict[str, str]:
 
 def _optim_name(optim: Any) -> str:
     """The ``optim`` value as a plain string, from a str or a str-Enum such as ``OptimizerNames``."""
-    return str(optim.value) if isinstance(optim, Enum) else str(optim)
+    return str(enum_value(optim))
 
 
 def _warn_unused(name: str, unused: list[str] | tuple[str, ...]) -> None:

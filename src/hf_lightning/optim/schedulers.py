@@ -17,10 +17,12 @@ from typing import Any, cast
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 
+from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, enum_value
 from hf_lightning.optim import lr_lambdas as lam
 from hf_lightning.optim.greedy import GreedyLR
 
 __all__ = [
+    "METRIC_DRIVEN_SCHEDULERS",
     "SCHEDULER_NAMES",
     "get_constant_schedule",
     "get_constant_schedule_with_warmup",
@@ -35,6 +37,8 @@ __all__ = [
     "get_reduce_on_plateau_schedule",
     "get_scheduler",
     "get_wsd_schedule",
+    "steps_on_metric",
+    "steps_per_update",
 ]
 
 
@@ -263,7 +267,20 @@ _BUILDERS: dict[str, Callable[..., Any]] = {
 SCHEDULER_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 """Every accepted ``lr_scheduler_type``, as in transformers 5.24's ``SchedulerType``."""
 
-_METRIC_DRIVEN = ("reduce_lr_on_plateau", "greedy")
+
+def steps_on_metric(scheduler: Any) -> bool:
+    """Whether ``scheduler`` is stepped with an evaluation metric (``ReduceLROnPlateau``, ``GreedyLR``).
+
+    ``GreedyLR`` is recognised by its class name, so transformers' own class counts as well.
+    """
+    return isinstance(scheduler, ReduceLROnPlateau) or type(scheduler).__name__ == "GreedyLR"
+
+
+def steps_per_update(scheduler: Any) -> bool:
+    """Whether ``scheduler`` is stepped once after every optimizer update: set and not metric-driven."""
+    return scheduler is not None and not steps_on_metric(scheduler)
+
+
 _IGNORE_KWARGS = ("constant", "constant_with_warmup")
 _WARMUP_ONLY = ("constant_with_warmup", "inverse_sqrt", "warmup_stable_decay")
 
@@ -289,7 +306,7 @@ def _check_kwargs(name: str, builder: Callable[..., Any], kwargs: dict[str, Any]
 
 def _scheduler_key(name: Any) -> str:
     """The schedule's name as a plain string (from a str or a str-Enum), checked against the known ones."""
-    key = str(getattr(name, "value", name))
+    key = str(enum_value(name))
     if key not in _BUILDERS:
         raise ValueError(
             f"`TrainingArguments(lr_scheduler_type={key!r})` is not supported; choose one of: "
@@ -329,7 +346,7 @@ def get_scheduler(
         )
     if key == "constant":
         return builder(optimizer)
-    if key in _METRIC_DRIVEN:
+    if key in METRIC_DRIVEN_SCHEDULERS:
         return builder(optimizer, **kwargs)
     _require(key, "num_warmup_steps", num_warmup_steps)
     if key == "constant_with_warmup":
