@@ -317,7 +317,10 @@ class Trainer(
         raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("`Trainer.create_model_card` is not supported by hf_lightning yet")
+        """Write a draft model card, ``README.md`` in ``output_dir`` (main process only; docs/logging.md)."""
+        from hf_lightning.trainer.model_card import create_model_card
+
+        create_model_card(self, *args, **kwargs)
 
     # --- processes -------------------------------------------------------------------------
     def is_local_process_zero(self) -> bool:
