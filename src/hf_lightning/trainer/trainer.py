@@ -112,7 +112,9 @@ class Trainer(
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
-        default_callbacks: list[Any] = [DefaultFlowCallback]
+        from hf_lightning.adapters.callbacks.reporting import reporting_callbacks
+
+        default_callbacks: list[Any] = [DefaultFlowCallback, *reporting_callbacks(args)]  # report_to
         self.callback_handler = CallbackHandler(
             default_callbacks + list(callbacks or []),
             self.model,
