@@ -18,6 +18,11 @@ wandb           ``WandbLogger``                     project ``$WANDB_PROJECT``, 
 comet_ml        ``CometLogger``                     project ``$COMET_PROJECT_NAME``, else ``project``
 ==============  ==================================  ==========================================
 
+These are the loggers of a plain ``lightning.Trainer`` built from ``to_lightning(args)``. The
+``hf_lightning.Trainer`` reports through callbacks built from the same specs
+(``adapters/callbacks/reporting.py``), where TensorBoard writes transformers' layout instead:
+``$TENSORBOARD_LOGGING_DIR`` or ``output_dir/runs/<date>_<host>`` with ``train/…``, ``eval/…`` tags.
+
 ``"all"`` means every tracker above (except csv, which transformers does not have) whose package is
 installed; ``"none"`` means no logger.
 """

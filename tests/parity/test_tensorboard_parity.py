@@ -130,3 +130,39 @@ def test_evaluate_before_training_writes_in_working_directory(tmp_path, monkeypa
         (folder,) = list((tmp_path / name / "runs").iterdir())
         assert RUN_FOLDER.match(folder.name)
         assert [e.step for e in _events(folder).Scalars("eval/loss")] == [0]
+
+
+def _search_space(trial):
+    return {"learning_rate": trial.suggest_categorical("learning_rate", [0.2])}
+
+
+def test_search_trials_write_one_folder_each(tmp_path, monkeypatch):
+    """In hyperparameter_search each trial writes output_dir/runs/<date>_<host>/<trial name>."""
+    from tests.tiny import RegressionModel, regression_data
+
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    layouts = {}
+    for name, lib in LIBS.items():
+        args = lib.TrainingArguments(
+            output_dir=str(tmp_path / name),
+            **{**BASE_ARGS, "report_to": "tensorboard", "num_train_epochs": 1, "eval_strategy": "epoch"},
+        )
+        trainer = lib.Trainer(
+            model_init=lambda: RegressionModel(),
+            args=args,
+            train_dataset=regression_data(16),
+            eval_dataset=regression_data(8, seed=1),
+        )
+        trainer.hyperparameter_search(
+            hp_space=_search_space,
+            n_trials=2,
+            backend="optuna",
+            hp_name=lambda trial: f"trial-{trial.number}",
+        )
+        trials = sorted(
+            path.parent.name for path in (tmp_path / name / "runs").rglob("events.out.tfevents.*")
+        )
+        layouts[name] = trials
+        for folder in (tmp_path / name / "runs").iterdir():
+            assert RUN_FOLDER.match(folder.name)
+    assert layouts["ours"] == layouts["hf"] == ["trial-0", "trial-1"]
