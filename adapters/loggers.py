@@ -140,7 +140,8 @@ def _options(name: str, args: Any, env: Mapping[str, str]) -> dict[str, Any]:
             "run_id": env.get("MLFLOW_RUN_ID"),
         }
     if name == "wandb":
-        return {"name": run_name, "project": env.get("WANDB_PROJECT", project), "save_dir": output_dir}
+        # no save_dir: wandb's own default (./wandb), where transformers' W&B callback writes
+        return {"name": run_name, "project": env.get("WANDB_PROJECT", project)}
     options: dict[str, Any] = {"project": env.get("COMET_PROJECT_NAME", project)}
     if run_name is not None:
         options["name"] = run_name

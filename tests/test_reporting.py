@@ -120,3 +120,31 @@ def test_tensorboard_left_out_value_warns(tmp_path, caplog):
     reporter.on_log(_args(tmp_path), TrainerState(), TrainerControl(), logs={"odd": [1, 2]})
     reporter.on_train_end(_args(tmp_path), TrainerState(), TrainerControl())
     assert "'train/odd'" in caplog.text
+
+
+def test_reporting_callbacks_pickle_without_open_writers(tmp_path):
+    """A reporter with an open writer or built loggers pickles (Ray trials copy the trainer)."""
+    import pickle
+
+    reporter = TensorBoardReporter(str(tmp_path / "tb"))
+    reporter.on_log(_args(tmp_path), TrainerState(), TrainerControl(), logs={"loss": 1.0})
+    csv_callback = reporting_callbacks(_args(tmp_path, report_to="csv"), env={})[0]
+    csv_callback.on_log(_args(tmp_path), TrainerState(), TrainerControl(), logs={"loss": 1.0})
+    copies = pickle.loads(pickle.dumps([reporter, csv_callback]))
+    assert copies[0].tb_logger is None and copies[1]._built is None
+    reporter.on_train_end(_args(tmp_path), TrainerState(), TrainerControl())
+
+
+def test_wandb_trial_is_a_run_named_after_the_trial():
+    """In a search trial the W&B spec is named after the trial and grouped by run_name; others unchanged."""
+    from hf_lightning.adapters.callbacks.logging import trial_spec
+    from hf_lightning.adapters.loggers import LoggerSpec
+
+    wandb = LoggerSpec("wandb", (("name", "exp"), ("project", "huggingface")))
+    assert dict(trial_spec(wandb, "trial-2", "exp").options) == {
+        "name": "trial-2",
+        "project": "huggingface",
+        "group": "exp",
+    }
+    csv = LoggerSpec("csv", (("save_dir", "out"),))
+    assert trial_spec(csv, "trial-2", "exp") is csv

@@ -7,7 +7,8 @@ forwards the ``logs`` of every ``on_log`` event to Lightning loggers, built on f
 transformers' callback for that tracker uses:
 
 - W&B: ``train/loss``, ``eval/loss``, ``test/…`` plus ``train/global_step``; the end-of-training
-  totals (``train_runtime``, ``train_loss``, ``total_flos``, …) go to the run summary.
+  totals (``train_runtime``, ``train_loss``, ``total_flos``, …) go to the run summary; each search
+  trial is a run named after the trial, grouped under ``run_name`` (else ``output_dir``).
 - Comet: ``train/…``, ``eval/…``, ``test/…`` at ``global_step``.
 - MLflow: the log keys as they are (characters MLflow refuses become ``_``) at ``global_step``.
 - CSV (hf_lightning's own): the log keys as they are.
@@ -17,13 +18,21 @@ TensorBoard has its own callback (``adapters/callbacks/reporting.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from hf_lightning.callbacks import TrainerCallback
 
-__all__ = ["LightningLoggersCallback", "numeric_logs", "tracker_name", "tracker_metrics", "prefixed_logs"]
+__all__ = [
+    "LightningLoggersCallback",
+    "numeric_logs",
+    "prefixed_logs",
+    "tracker_metrics",
+    "tracker_name",
+    "trial_spec",
+]
 
 _SUMMARY_KEYS = (
     "train_runtime",
@@ -84,6 +93,14 @@ def tracker_metrics(name: str, logs: dict[str, Any], step: int) -> tuple[dict[st
     return metrics, step
 
 
+def trial_spec(item: Any, trial_name: str, group: str) -> Any:
+    """A W&B ``LoggerSpec`` for one search trial (run ``trial_name`` in group ``group``); others unchanged."""
+    if getattr(item, "name", None) != "wandb" or not hasattr(item, "logger_class"):
+        return item
+    options = {**dict(item.options), "name": trial_name, "group": group}
+    return dataclasses.replace(item, options=tuple(options.items()))
+
+
 class LightningLoggersCallback(TrainerCallback):
     """Forwards HF logs and the run's hyperparameters to Lightning ``Logger`` objects.
 
@@ -92,18 +109,26 @@ class LightningLoggersCallback(TrainerCallback):
 
     def __init__(self, loggers: Sequence[Any]) -> None:
         self._items = list(loggers)
+        self._built: list[Any] | None = None
         self._training = False
 
     @property
     def loggers(self) -> list[Any]:
         """The Lightning loggers (specs are built here, once)."""
-        self._items = [item.build() if hasattr(item, "logger_class") else item for item in self._items]
-        return self._items
+        if self._built is None:
+            self._built = [item.build() if hasattr(item, "logger_class") else item for item in self._items]
+        return self._built
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a Ray trial) without the built loggers: the copy builds its own from the specs."""
+        return {**self.__dict__, "_built": None}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._training = True
         if not state.is_world_process_zero:
             return
+        if state.is_hyper_param_search and state.trial_name is not None:
+            self._start_trial(state.trial_name, args.run_name or args.output_dir)
         params = dict(args.to_sanitized_dict())
         config = getattr(model, "config", None)
         for logger in self.loggers:
@@ -111,6 +136,16 @@ class LightningLoggersCallback(TrainerCallback):
                 logger.log_hyperparams({**config.to_dict(), **params})
             else:
                 logger.log_hyperparams(params)
+
+    def _start_trial(self, trial_name: str, group: str) -> None:
+        """W&B: each search trial is a run of its own, named after the trial, grouped by run_name."""
+        if not any(trial_spec(item, trial_name, group) is not item for item in self._items):
+            return
+        for logger in self._built or []:
+            if tracker_name(logger) == "wandb":
+                logger.experiment.finish()
+        self._items = [trial_spec(item, trial_name, group) for item in self._items]
+        self._built = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

@@ -49,6 +49,10 @@ class TensorBoardReporter(TrainerCallback):
         self.logging_dir = os.path.expanduser(logging_dir) if logging_dir else None
         self.tb_logger: Any = None  # lightning's TensorBoardLogger while a writer is open
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a Ray trial) without the open writer: the copy opens its own."""
+        return {**self.__dict__, "tb_logger": None}
+
     @property
     def writer(self) -> Any:
         """The open ``SummaryWriter`` (opened in ``logging_dir`` on first use)."""

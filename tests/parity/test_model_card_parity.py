@@ -170,3 +170,20 @@ def test_framework_versions_present(trained):
     for name in ("hf_lightning", "Lightning", "Pytorch", "Transformers"):
         assert any(line.startswith(name + " ") for line in mine), name
     assert {line.split()[0] for line in theirs} <= {line.split()[0] for line in mine}
+
+
+def test_card_of_an_untrained_model_on_a_datasets_dataset_matches(tmp_path):
+    """Before any training, with a datasets.Dataset (no builder name), the card equals transformers'."""
+    import datasets
+
+    data = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]] * 4, "labels": [[1, 2, 3]] * 4})
+    cards = {}
+    for name, lib in LIBS.items():
+        args = lib.TrainingArguments(output_dir=str(tmp_path / name / "untrained"), **BASE_ARGS)
+        trainer = lib.Trainer(model=tiny_gpt2(), args=args, train_dataset=data, eval_dataset=data)
+        cards[name] = _card(trainer, tasks="text-generation")
+    assert_same(cards["hf"].data.to_dict(), cards["ours"].data.to_dict())
+    assert "Training results" not in cards["ours"].text
+    assert _bullets(cards["ours"], "Training hyperparameters") == _bullets(
+        cards["hf"], "Training hyperparameters"
+    )

@@ -52,7 +52,7 @@ def _eval_results(summary: dict[str, Any], metrics: dict[str, str]) -> list[Any]
     tasks = [task for task in summary["tasks"] if task in TASK_NAMES]
     results = []
     for task in tasks:
-        for tag in names:
+        for tag in (tag for tag in names if tag is not None):  # a result needs a dataset
             for metric_tag, label in metrics.items():
                 results.append(
                     EvalResult(
