@@ -19,7 +19,6 @@ import lightning as L
 import torch
 
 from hf_lightning.adapters.allocator import retain_freed_memory
-from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.adapters.plan import to_lightning
 from hf_lightning.adapters.windows import AccumulationWindows
@@ -75,12 +74,13 @@ def run_fit(request: FitRequest) -> HFModule:
         cuda_available=torch.cuda.is_available(),
         num_update_steps_per_epoch=request.num_update_steps_per_epoch,
     )
-    kwargs = dict(plan.trainer_kwargs)
+    # report_to's loggers live in the Trainer's reporting callbacks (adapters/callbacks/reporting.py)
+    kwargs = {**plan.trainer_settings, "strategy": plan.strategy, "plugins": list(plan.plugins) or None}
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)
     kwargs["max_epochs"] = max(request.num_train_epochs - request.epochs_trained, 1)
     kwargs["enable_progress_bar"] = False  # HF's ProgressCallback draws the bar
-    kwargs["logger"] = False  # loggers receive HF logs through on_log
+    kwargs["logger"] = False
     kwargs["limit_val_batches"] = 0
     module = HFModule(
         facade.model,
@@ -91,10 +91,6 @@ def run_fit(request: FitRequest) -> HFModule:
         compute_loss_func=facade.compute_loss_func,
         settings=plan.module,
     )
-    loggers = list(plan.loggers)
-    loggers_callback = LightningLoggersCallback(loggers) if loggers else None
-    if loggers_callback is not None:
-        facade.callback_handler.add_callback(loggers_callback)
     facade.accelerator.bind(module)
     windows = AccumulationWindows(
         request.dataloader, plan.module.gradient_accumulation_steps, skip_windows=request.skip_windows
@@ -113,12 +109,8 @@ def run_fit(request: FitRequest) -> HFModule:
             engine = L.Trainer(**kwargs)
             engine.fit(module, train_dataloaders=windows)
     finally:
-        if loggers_callback is not None:
-            facade.callback_handler.remove_callback(loggers_callback)
         # Lightning's LightningEnvironment.teardown deletes WORLD_SIZE; the next train() in this
         # process (and to_lightning) must still see the launcher's world.
         if world_size is not None:
             os.environ["WORLD_SIZE"] = world_size
-    for logger in loggers:
-        logger.finalize("success")
     return module

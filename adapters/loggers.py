@@ -18,6 +18,11 @@ wandb           ``WandbLogger``                     project ``$WANDB_PROJECT``, 
 comet_ml        ``CometLogger``                     project ``$COMET_PROJECT_NAME``, else ``project``
 ==============  ==================================  ==========================================
 
+These are the loggers of a plain ``lightning.Trainer`` built from ``to_lightning(args)``. The
+``hf_lightning.Trainer`` reports through callbacks built from the same specs
+(``adapters/callbacks/reporting.py``), where TensorBoard writes transformers' layout instead:
+``$TENSORBOARD_LOGGING_DIR`` or ``output_dir/runs/<date>_<host>`` with ``train/…``, ``eval/…`` tags.
+
 ``"all"`` means every tracker above (except csv, which transformers does not have) whose package is
 installed; ``"none"`` means no logger.
 """
@@ -135,7 +140,8 @@ def _options(name: str, args: Any, env: Mapping[str, str]) -> dict[str, Any]:
             "run_id": env.get("MLFLOW_RUN_ID"),
         }
     if name == "wandb":
-        return {"name": run_name, "project": env.get("WANDB_PROJECT", project), "save_dir": output_dir}
+        # no save_dir: wandb's own default (./wandb), where transformers' W&B callback writes
+        return {"name": run_name, "project": env.get("WANDB_PROJECT", project)}
     options: dict[str, Any] = {"project": env.get("COMET_PROJECT_NAME", project)}
     if run_name is not None:
         options["name"] = run_name

@@ -112,7 +112,9 @@ class Trainer(
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
-        default_callbacks: list[Any] = [DefaultFlowCallback]
+        from hf_lightning.adapters.callbacks.reporting import reporting_callbacks
+
+        default_callbacks: list[Any] = [DefaultFlowCallback, *reporting_callbacks(args)]  # report_to
         self.callback_handler = CallbackHandler(
             default_callbacks + list(callbacks or []),
             self.model,
@@ -317,7 +319,10 @@ class Trainer(
         raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")
 
     def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("`Trainer.create_model_card` is not supported by hf_lightning yet")
+        """Write a draft model card, ``README.md`` in ``output_dir`` (main process only; docs/logging.md)."""
+        from hf_lightning.trainer.model_card import create_model_card
+
+        create_model_card(self, *args, **kwargs)
 
     # --- processes -------------------------------------------------------------------------
     def is_local_process_zero(self) -> bool:
