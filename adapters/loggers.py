@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["REPORTERS", "LoggerSpec", "logger_specs", "normalize_report_to"]
+__all__ = ["CALLBACK_REPORTERS", "REPORTERS", "LoggerSpec", "logger_specs", "normalize_report_to"]
 
 # name -> (Lightning logger class, importable modules (any one suffices), pip package)
 _LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
@@ -45,7 +45,9 @@ _LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "wandb": ("WandbLogger", ("wandb",), "wandb"),
     "comet_ml": ("CometLogger", ("comet_ml",), "comet-ml"),
 }
-REPORTERS = tuple(_LOGGERS)
+CALLBACK_REPORTERS = ("kubeflow",)
+"""``report_to`` values carried by an HF callback alone (no Lightning logger): ``KubeflowCallback``."""
+REPORTERS = (*_LOGGERS, *CALLBACK_REPORTERS)
 """Values of ``report_to`` that hf_lightning carries (besides ``"all"`` and ``"none"``)."""
 
 _HF_ONLY = ("azure_ml", "clearml", "codecarbon", "dagshub", "dvclive", "flyte", "swanlab", "trackio")
@@ -100,8 +102,8 @@ def normalize_report_to(report_to: Any) -> tuple[str, ...]:
         if item == "none":
             continue
         if item == "all":
-            candidates = [name for name in REPORTERS if name != "csv" and _installed(name)]
-        elif isinstance(item, str) and item in _LOGGERS:
+            candidates = [name for name in _LOGGERS if name != "csv" and _installed(name)]
+        elif isinstance(item, str) and item in REPORTERS:
             candidates = [item]
         else:
             raise _value_error(item)
@@ -152,6 +154,8 @@ def logger_specs(args: Any, env: Mapping[str, str]) -> tuple[LoggerSpec, ...]:
     """One :class:`LoggerSpec` per tracker in ``args.report_to``; checks each package is installed."""
     specs = []
     for name in normalize_report_to(args.report_to):
+        if name in CALLBACK_REPORTERS:
+            continue
         _require_installed(name)
         specs.append(LoggerSpec(name, tuple(_options(name, args, env).items())))
     return tuple(specs)

@@ -75,3 +75,24 @@ def test_a_server_that_is_down_never_interrupts_training(tmp_path, monkeypatch):
         RegressionModel(), args, train_dataset=regression_data(16), callbacks=[KubeflowCallback()]
     )
     assert trainer.train().global_step == 2
+
+
+def test_inside_a_trainjob_report_to_gains_kubeflow_as_in_transformers(tmp_path, monkeypatch):
+    """With the controller's URL set, report_to gets "kubeflow" added, as transformers' does."""
+    import transformers
+
+    monkeypatch.setenv("KUBEFLOW_TRAINER_SERVER_URL", "https://controller/status")
+    ours = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    theirs = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert ours.report_to == theirs.report_to == ["kubeflow"]
+
+
+def test_the_trainer_reports_without_an_explicit_callback(tmp_path, status_server):
+    """report_to="kubeflow" (added from the environment) installs the callback: the run is posted."""
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=2, report_to="none", save_strategy="no"
+    )
+    trainer = Trainer(RegressionModel(), args, train_dataset=regression_data(16))
+    assert any(isinstance(cb, KubeflowCallback) for cb in trainer.callback_handler.callbacks)
+    trainer.train()
+    assert status_server[-1][1]["trainerStatus"]["progressPercentage"] == 100

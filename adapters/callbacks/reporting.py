@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback, prefixed_logs
-from hf_lightning.adapters.loggers import LoggerSpec, logger_specs
+from hf_lightning.adapters.loggers import LoggerSpec, logger_specs, normalize_report_to
 from hf_lightning.callbacks import TrainerCallback
 
 __all__ = ["TensorBoardReporter", "default_run_dir", "reporting_callbacks"]
@@ -106,4 +106,9 @@ def _callback_for(spec: LoggerSpec, env: Mapping[str, str]) -> TrainerCallback:
 def reporting_callbacks(args: Any, env: Mapping[str, str] | None = None) -> list[TrainerCallback]:
     """One callback per ``report_to`` tracker, in order; a missing tracker package raises ImportError."""
     env = dict(os.environ) if env is None else env
-    return [_callback_for(spec, env) for spec in logger_specs(args, env)]
+    callbacks = [_callback_for(spec, env) for spec in logger_specs(args, env)]
+    if "kubeflow" in normalize_report_to(args.report_to):
+        from hf_lightning.callbacks.kubeflow import KubeflowCallback
+
+        callbacks.append(KubeflowCallback())
+    return callbacks

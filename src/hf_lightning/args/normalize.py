@@ -23,6 +23,7 @@ from hf_lightning.args.enums import (
     SchedulerType,
 )
 from hf_lightning.args.fsdp import normalize_fsdp
+from hf_lightning.callbacks.kubeflow import is_kubeflow_available
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
@@ -82,6 +83,8 @@ def normalize(args: Any) -> list[str]:
         args.do_eval = True
     _derive_defaults(args)
     args.report_to = _report_to_list(args.report_to)
+    if is_kubeflow_available() and "kubeflow" not in args.report_to:  # as transformers: inside a TrainJob
+        args.report_to = [*args.report_to, "kubeflow"]
     _integral_steps(args)
     _compile_settings(args)
     if args.use_cpu:

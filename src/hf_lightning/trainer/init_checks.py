@@ -1,0 +1,75 @@
+"""What ``Trainer(...)`` refuses at construction, with transformers' exception types and words.
+
+transformers checks these in ``Trainer.__init__``, before any training step, so a script fails at once
+instead of 500 steps later at the first evaluation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from hf_lightning.args.enums import enum_value
+from hf_lightning.loss import LabelSmoother
+
+__all__ = ["build_label_smoother", "check_trainer_arguments"]
+
+
+def check_trainer_arguments(
+    args: Any,
+    *,
+    compute_metrics: Callable | None,
+    eval_dataset: Any,
+    optimizer: Any,
+    lr_scheduler: Any,
+    optimizer_cls_and_kwargs: Any,
+    model_init: Callable | None,
+) -> None:
+    """Raise the first problem transformers raises for these constructor arguments."""
+    if args.batch_eval_metrics and compute_metrics is not None:
+        if "compute_result" not in inspect.signature(compute_metrics).parameters:
+            raise ValueError(
+                "When using `batch_eval_metrics`, your `compute_metrics` function must take a `compute_result` "
+                "boolean argument which will be triggered after the last batch of the eval set to signal that "
+                "the summary statistics should be returned by the function."
+            )
+    eval_strategy = enum_value(args.eval_strategy)
+    if eval_strategy is not None and eval_strategy != "no" and eval_dataset is None:
+        raise ValueError(
+            f"You have set `args.eval_strategy` to {eval_strategy} but you didn't pass an `eval_dataset` to "
+            "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
+        )
+    if (enum_value(args.save_strategy) == "best" or args.load_best_model_at_end) and (
+        args.metric_for_best_model is None
+    ):
+        raise ValueError(
+            "`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
+            "`args.load_best_model_at_end` is set to `True`."
+        )
+    if optimizer_cls_and_kwargs is not None and optimizer is not None:
+        raise RuntimeError(
+            "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
+        )
+    if model_init is not None and (optimizer is not None or lr_scheduler is not None):
+        raise RuntimeError(
+            "Passing a `model_init` is incompatible with providing the `optimizers` argument. "
+            "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
+        )
+
+
+def build_label_smoother(args: Any, model: Any) -> LabelSmoother | None:
+    """``Trainer.label_smoother``: ``None`` without ``label_smoothing_factor``, and (with a warning) for a
+    multi-label classification model, which label smoothing does not apply to."""
+    if not args.label_smoothing_factor:
+        return None
+    if getattr(getattr(model, "config", None), "problem_type", None) == "multi_label_classification":
+        warnings.warn(
+            "Label smoothing is not compatible with multi-label classification. "
+            "Disabling label smoothing for this training run.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    return LabelSmoother(epsilon=args.label_smoothing_factor)
