@@ -27,6 +27,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.adapters.protocols import LoopDriver
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
 
@@ -99,7 +100,7 @@ class HFModule(L.LightningModule):
         model: nn.Module,
         args: TrainingArguments | None = None,
         *,
-        driver: Any = None,
+        driver: LoopDriver | None = None,
         optimizers: tuple[Any, Any] = (None, None),
         shift_labels: bool | None = None,
         compute_loss_func: Any = None,
@@ -108,7 +109,7 @@ class HFModule(L.LightningModule):
         self.model = model
         self.args = args if args is not None else TrainingArguments()
         self.automatic_optimization = False
-        self.driver = driver if driver is not None else StandaloneDriver()
+        self.driver: LoopDriver = driver if driver is not None else StandaloneDriver()
         self.driver.bind(self)
         self._optimizers_given = optimizers
         self._shift_labels = shift_labels

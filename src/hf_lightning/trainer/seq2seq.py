@@ -65,6 +65,8 @@ class Seq2SeqTrainer(Trainer):
             optimizer_cls_and_kwargs=optimizer_cls_and_kwargs,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
+        self._gen_kwargs: dict[str, Any] = {}
+        """The generation settings of the running ``evaluate`` / ``predict`` call."""
         config = getattr(self.args, "generation_config", None)
         if config is not None:
             self.model.generation_config = self.load_generation_config(config)
@@ -155,7 +157,7 @@ class Seq2SeqTrainer(Trainer):
         has_labels = "labels" in inputs
         inputs = self._prepare_inputs(inputs)
         if not gen_kwargs:
-            gen_kwargs = dict(getattr(self, "_gen_kwargs", {}))
+            gen_kwargs = dict(self._gen_kwargs)
         for key in ("num_beams", "max_length"):
             if key in gen_kwargs and gen_kwargs[key] is None:
                 gen_kwargs.pop(key)
