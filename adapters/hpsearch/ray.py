@@ -5,7 +5,7 @@
 one of its own, ``address``: the Ray cluster to join when this process has not started Ray yet
 (without it a local instance is started; ``ray.init`` also honours ``RAY_ADDRESS``).
 
-How the trainer reaches the workers (DESIGN.md, divergence 4): transformers pickles the trainer itself,
+How the trainer reaches the workers (docs/divergences.md): transformers pickles the trainer itself,
 which fails with "cannot pickle weakref" once it has trained (its optimizer, scheduler and accelerator
 hold weak references). Here the object store receives a copy holding none of a run's state
 (``trainer.search.clone(picklable=True)``: no model, optimizer, scheduler or Lightning objects), with absolute output

@@ -6,7 +6,7 @@ BLEU, ...). ``generation_max_length``, ``generation_num_beams`` and ``**gen_kwar
 ``evaluate``/``predict`` control the generation; ``generation_config`` replaces the model's
 ``GenerationConfig``.
 
-Two documented behaviours where transformers 5.24 differs (DESIGN.md, divergence 3):
+Two documented behaviours where transformers 5.24 differs (docs/divergences.md):
 
 - the evaluation loss is the mean over samples, like ``Trainer.evaluate``: a final partial batch
   weighs as many samples as it holds (transformers counts it as a full batch);

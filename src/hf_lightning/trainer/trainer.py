@@ -124,15 +124,7 @@ class Trainer:
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
-        default_callbacks: list[Any] = [DefaultFlowCallback]
-        self.callback_handler = CallbackHandler(
-            default_callbacks + list(callbacks or []),
-            self.model,
-            self.processing_class,
-            self.optimizer,
-            self.lr_scheduler,
-        )
-        self.add_callback(PrinterCallback if args.disable_tqdm else ProgressCallback)
+        self._init_callbacks(callbacks)
         self._init_bookkeeping()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
@@ -150,6 +142,18 @@ class Trainer:
         self.eval_loop = EvaluationLoop(self)
         self.checkpoints = CheckpointPolicy(self)
         self.search = SearchRunner(self)
+
+    def _init_callbacks(self, callbacks: list[TrainerCallback] | None) -> None:
+        """``DefaultFlowCallback``, the user's callbacks, then the progress bar or printer."""
+        default_callbacks: list[Any] = [DefaultFlowCallback]
+        self.callback_handler = CallbackHandler(
+            default_callbacks + list(callbacks or []),
+            self.model,
+            self.processing_class,
+            self.optimizer,
+            self.lr_scheduler,
+        )
+        self.add_callback(PrinterCallback if self.args.disable_tqdm else ProgressCallback)
 
     def _default_collator(self) -> Callable:
         if self.processing_class is not None and hasattr(self.processing_class, "pad"):
