@@ -69,7 +69,7 @@ class DataLoaderBuilder:
 
     # --- training ----------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader | DispatchedBatches:
-        """``Trainer.get_train_dataloader``: sampler from ``train_sampling_strategy``, workers from the arguments."""
+        """The training DataLoader: sampler from ``train_sampling_strategy``, workers from the arguments."""
         t = self.trainer
         if t.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")

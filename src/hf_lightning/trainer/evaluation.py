@@ -46,7 +46,8 @@ class Evaluator:
     def evaluate(
         self, eval_dataset: Any = None, ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
-        """``Trainer.evaluate``: a dict of datasets is evaluated one by one (``{prefix}_{name}_`` keys)."""
+        """Evaluate on ``eval_dataset`` (default ``trainer.eval_dataset``; a dict evaluates each dataset with
+        ``{metric_key_prefix}_{name}_`` keys); log the metrics, fire ``on_evaluate`` and return them."""
         t = self.trainer
         override = eval_dataset is not None
         eval_dataset = eval_dataset if override else t.eval_dataset
@@ -80,7 +81,8 @@ class Evaluator:
     def predict(
         self, test_dataset: Any, ignore_keys: list[str] | None = None, metric_key_prefix: str = "test"
     ) -> PredictionOutput:
-        """``Trainer.predict``: predictions, labels and metrics in dataset order; fires ``on_predict``."""
+        """Predictions (padded with -100 where lengths differ), labels if present, and metrics on
+        ``test_dataset``, in dataset order; fires ``on_predict``."""
         t = self.trainer
         t._memory_tracker.start("test")
         dataloader = t.get_test_dataloader(test_dataset)

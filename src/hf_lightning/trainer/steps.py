@@ -39,7 +39,7 @@ class BatchSteps:
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
     ) -> torch.Tensor:
-        """``Trainer.training_step``: forward and backward; the detached loss for logging."""
+        """Forward and backward on one micro-batch; returns the detached loss for logging."""
         t = self.trainer
         ensure_training_mode(model)  # model.train(), without the walk when nothing would change
         inputs = t._prepare_inputs(inputs)
@@ -67,7 +67,7 @@ class BatchSteps:
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> Any:
-        """``Trainer.compute_loss``: the model's first output, or ``compute_loss_func``'s result."""
+        """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
         t = self.trainer
         settings = LossSettings(
             accepts_loss_kwargs=t.model_accepts_loss_kwargs,
