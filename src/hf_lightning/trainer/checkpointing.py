@@ -25,7 +25,7 @@ import logging
 import os
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -130,7 +130,7 @@ class CheckpointPolicy:
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """``Trainer.save_model``: the model, processing class and arguments (on the saving process)."""
         t = self.trainer
-        output_dir = t.args.output_dir if output_dir is None else output_dir
+        output_dir = str(t.args.output_dir) if output_dir is None else output_dir
         if not t.args.should_save:
             return
         logger.info("Saving model to %s", output_dir)
@@ -141,8 +141,9 @@ class CheckpointPolicy:
         t = self.trainer
         if not t.is_world_process_zero():
             return
-        os.makedirs(t.args.output_dir, exist_ok=True)
-        t.state.save_to_json(os.path.join(t.args.output_dir, TRAINER_STATE_NAME))
+        output_dir = str(t.args.output_dir)
+        os.makedirs(output_dir, exist_ok=True)
+        t.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
 
     def processing_to_save(self) -> Any:
         """The processing class, else the data collator's tokenizer (transformers saves that one instead)."""
@@ -358,7 +359,7 @@ class CheckpointPolicy:
     def load_best_model(self) -> None:
         """``Trainer._load_best_model``: the weights of ``state.best_model_checkpoint`` into the model."""
         t = self.trainer
-        best = t.state.best_model_checkpoint
+        best = cast(str, t.state.best_model_checkpoint)  # called when there is one
         logger.info("Loading best model from %s (score: %s).", best, t.state.best_metric)
         try:
             load_model_weights(t.model, best, strict=True)

@@ -31,8 +31,9 @@ import dataclasses
 import importlib
 import importlib.util
 import logging
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hf_lightning.args.enums import ChoiceEnum
 from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
@@ -239,9 +240,10 @@ class SearchRunner:
         """Train one trial; returns its objective and, when no evaluation ran during training, the metrics
         of the final ``evaluate()`` the objective was computed from."""
         t = self.trainer
-        if t._memory_tracker is None:  # a copy that travelled to a worker: each worker makes its own
+        if t._memory_tracker is None:  # type: ignore[comparison-overlap]  # a copy sent to a worker
             t._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
         t.objective = None
+        compute_objective = cast(Callable[[dict[str, float]], Any], t.compute_objective)  # set by run()
         t._hp_search_setup(trial)  # before train(): train() reads trainer.args before its own setup call
         try:
             t.train(resume_from_checkpoint=resume_from_checkpoint, trial=trial)
@@ -254,14 +256,14 @@ class SearchRunner:
         if t.objective is not None:
             return t.objective, None
         metrics = t.evaluate()
-        t.objective = t.compute_objective(dict(metrics))
+        t.objective = compute_objective(dict(metrics))
         return t.objective, metrics
 
     def report(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
         """``Trainer._report_to_hp_search``: compute the objective and hand it to the backend, which may
         stop the trial (Optuna pruning) or record it with a checkpoint (Ray Tune)."""
         t = self.trainer
-        if t.hp_search_backend is None or trial is None:
+        if t.hp_search_backend is None or trial is None or t.compute_objective is None:
             return
         t.objective = t.compute_objective(dict(metrics))
         _backend_module(t.hp_search_backend).report(t, trial, step, dict(metrics), t.objective)
@@ -292,7 +294,7 @@ class SearchRunner:
 
         t = self.trainer
         clone = copy.copy(t)
-        clone.model = clone.model_wrapped = None
+        clone.model = clone.model_wrapped = None  # type: ignore[assignment]  # model_init builds each trial's
         clone.optimizer = clone.lr_scheduler = None
         clone.accelerator = type(t.accelerator)()
         if not t.args.skip_memory_metrics:
@@ -300,7 +302,8 @@ class SearchRunner:
                 "Memory metrics are not measured in parallel or remote trials "
                 "(`TrainingArguments(skip_memory_metrics=False)` applies to sequential trials only)."
             )
-        clone._memory_tracker = None if picklable else TrainerMemoryTracker(True)
+        # a tracker holds thread primitives: a copy for a Ray worker has none, run_trial makes one there
+        clone._memory_tracker = None if picklable else TrainerMemoryTracker(True)  # type: ignore[assignment]
         clone.callback_handler = _clone_handler(t.callback_handler)
         clone.control, clone.state = TrainerControl(), TrainerState()
         clone.is_in_train = False

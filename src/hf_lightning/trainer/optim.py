@@ -8,7 +8,7 @@ for one ``train()`` is created again for the next one, sized to that run).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ class OptimizerSetup:
                 optimizer=t.optimizer if optimizer is None else optimizer,
                 num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
                 num_training_steps=num_training_steps,
-                scheduler_specific_kwargs=t.args.lr_scheduler_kwargs or {},
+                scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
             )
             self.created_lr_scheduler = True
         return t.lr_scheduler

@@ -175,7 +175,7 @@ class Seq2SeqTrainer(Trainer):
                 k: v for k, v in inputs.items() if k not in ("decoder_input_ids", "decoder_attention_mask")
             }
         with torch.no_grad():
-            generated = self.model.generate(**generation_inputs, **gen_kwargs)
+            generated = cast(Any, self.model).generate(**generation_inputs, **gen_kwargs)
         config = getattr(self.model, "generation_config", None)
         if getattr(config, "_from_model_config", False):
             # later saves keep the generation config, as in transformers (config is set: the flag was read)

@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -256,7 +256,7 @@ class TrainLauncher:
         metrics = speed_metrics(
             "train",
             t.run.start_time,
-            num_samples=num_train_samples * steps_run / max(t.state.max_steps, 1),
+            num_samples=num_train_samples * steps_run / max(t.state.max_steps, 1),  # type: ignore[arg-type]
             num_steps=steps_run,
         )
         t.store_flos()
@@ -273,17 +273,15 @@ class TrainLauncher:
     def output_dir(self, trial: Any) -> str:
         """``Trainer._get_output_dir``: ``output_dir/<trial run name>`` during a search, else ``output_dir``."""
         t = self.trainer
-        run_name = t.search.trial_run_name
-        return (
-            os.path.join(t.args.output_dir, run_name) if trial is not None and run_name else t.args.output_dir
-        )
+        output_dir, run_name = str(t.args.output_dir), t.search.trial_run_name
+        return os.path.join(output_dir, run_name) if trial is not None and run_name else output_dir
 
     def apply_runtime_options(self) -> None:
         """``activation_checkpointing`` on the model and ``tf32`` on CUDA matmuls, as transformers."""
         t = self.trainer
-        args, model = t.args, t.model
+        args, model = t.args, cast(Any, t.model)  # an HF model (PreTrainedModel) has these methods
         if args.activation_checkpointing:
-            kwargs = dict(args.activation_checkpointing_kwargs or {})
+            kwargs = dict(cast(dict, args.activation_checkpointing_kwargs) or {})
             every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
             enable = getattr(model, "activation_checkpointing_enable", None)
             if callable(enable):

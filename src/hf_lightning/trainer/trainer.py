@@ -70,6 +70,8 @@ class Trainer:
     The constructor takes transformers' arguments, with the same meaning and defaults.
     """
 
+    state: TrainerState
+    control: TrainerControl
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
@@ -96,7 +98,7 @@ class Trainer:
         self.args = args
         self._build_parts()
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
-        self._memory_tracker: TrainerMemoryTracker | None = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
         from hf_lightning.adapters.argument_table import check_supported
 
@@ -324,7 +326,7 @@ class Trainer:
         """Write ``metrics`` (unformatted) to ``{output_dir}/{split}_results.json``; with ``combined``, also
         merge them into ``all_results.json``. Only on the world-zero process."""
         if self.is_world_process_zero():
-            _metrics.write_metrics(self.args.output_dir, split, metrics, combined)
+            _metrics.write_metrics(str(self.args.output_dir), split, metrics, combined)
 
     # --- checkpoints: trainer.checkpoints -----------------------------------------------------
     save_model = delegate("checkpoints", CheckpointPolicy.save_model)
