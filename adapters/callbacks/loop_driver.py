@@ -16,7 +16,7 @@
             scheduler.step(); global_step += 1
             on_step_end; maybe log / evaluate / save
         on_epoch_end; maybe log / evaluate / save   # Lightning on_train_epoch_end
-    on_train_end                                    # after fit, in Trainer._finalize_training
+    on_train_end                                    # after fit, once the final metrics are logged
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ BRIDGED_EVENTS: dict[str, str] = {
     "on_predict": "Trainer.predict",
     "on_save": "Trainer._maybe_log_save_evaluate (via TrainingRun.log_save_evaluate), after a checkpoint",
     "on_epoch_end": "HFModule.on_train_epoch_end -> TrainLoopDriver.on_epoch_end",
-    "on_train_end": "Trainer._finalize_training, after the final metrics",
+    "on_train_end": "Trainer._inner_training_loop (TrainLauncher), after the final metrics",
     "on_push_begin": "not fired: pushing to the Hub is not supported yet (push_to_hub raises)",
 }
 
