@@ -193,6 +193,8 @@ def _unpicklable_report(trainer: Any, error: Exception) -> str:
     for name, value in vars(trainer).items():
         if name == "callback_handler":
             items = [(f"callback {type(cb).__name__}", cb) for cb in value.callbacks]
+        elif getattr(value, "trainer", None) is trainer:  # a part of the trainer: its own state
+            items = [(f"Trainer.{name}.{key}", item) for key, item in vars(value).items() if key != "trainer"]
         else:
             items = [(f"Trainer.{name}", value)]
         for label, item in items:
