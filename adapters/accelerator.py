@@ -54,6 +54,16 @@ class LightningAccelerator:
         return self._trainer.global_rank if self._trainer is not None else 0
 
     @property
+    def local_rank(self) -> int | None:
+        """This process's rank on its machine (None outside a fit)."""
+        return getattr(self._trainer, "local_rank", None)
+
+    @property
+    def grad_scaler(self) -> Any:
+        """The mixed-precision gradient scaler of the running fit, if any."""
+        return getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None)
+
+    @property
     def is_main_process(self) -> bool:
         return self.process_index == 0
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from hf_lightning.adapters.plan_groups import ModuleSettings, module_settings
+from hf_lightning.adapters.protocols import LoopDriver
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
@@ -105,7 +106,7 @@ class HFModule(L.LightningModule):
         model: nn.Module,
         args: TrainingArguments | None = None,
         *,
-        driver: Any = None,
+        driver: LoopDriver | None = None,
         optimizers: tuple[Any, Any] = (None, None),
         shift_labels: bool | None = None,
         compute_loss_func: Any = None,
@@ -116,7 +117,7 @@ class HFModule(L.LightningModule):
         self.args = args if args is not None else TrainingArguments()
         self.settings = settings if settings is not None else module_settings(self.args)
         self.automatic_optimization = False
-        self.driver = driver if driver is not None else StandaloneDriver()
+        self.driver: LoopDriver = driver if driver is not None else StandaloneDriver()
         self.driver.bind(self)
         self._optimizers_given = optimizers
         self._shift_labels = shift_labels

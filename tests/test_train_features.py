@@ -287,7 +287,7 @@ def test_activation_checkpointing_needs_a_capable_model(tmp_path):
 
 def test_every_callback_event_is_bridged():
     """Contract: every TrainerCallback.on_* event is listed where the loop fires it."""
-    from hf_lightning.trainer.loop import BRIDGED_EVENTS
+    from hf_lightning.adapters.callbacks.loop_driver import BRIDGED_EVENTS
 
     events = {name for name in dir(hf_lightning.TrainerCallback) if name.startswith("on_")}
     assert set(BRIDGED_EVENTS) == events
@@ -297,7 +297,7 @@ def test_prepare_inputs_moves_mappings_that_are_not_dicts():
     """A collator's ``BatchEncoding``-like mapping (a ``UserDict``) is moved to the device like a dict."""
     from collections import UserDict
 
-    from hf_lightning.trainer.trainer import _to_device
+    from hf_lightning.trainer.steps import to_device as _to_device
 
     batch = UserDict({"input_ids": torch.ones(2), "nested": [torch.zeros(1)]})
     moved = _to_device(batch, torch.device("meta"))

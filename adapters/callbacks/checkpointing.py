@@ -25,7 +25,8 @@ import lightning as L
 import torch
 
 from hf_lightning.callbacks import TrainerState
-from hf_lightning.checkpoint.store import checkpoint_path, rotate_checkpoints, save_checkpoint
+from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
+from hf_lightning.checkpoint.store import checkpoint_path, save_checkpoint
 
 __all__ = ["HFCheckpoint", "save_hf_checkpoint"]
 
@@ -223,15 +224,37 @@ class HFCheckpoint(L.Callback):
     def save(self, trainer: L.Trainer, pl_module: L.LightningModule) -> str:
         """Write ``checkpoint-{global_step}`` now (on every rank), track the best one and rotate."""
         step = trainer.global_step
-        if self.best_global_step is not None:
-            best = checkpoint_path(self.output_dir, self.best_global_step)
-            if self.best_global_step == step or os.path.isdir(best):
-                self.best_model_checkpoint = best
         logs = {
             k: v for k, v in ((k, _scalar(v)) for k, v in trainer.callback_metrics.items()) if v is not None
         }
         self.log_history.append({**logs, "epoch": self._epoch, "step": step})
-        state = TrainerState(
+
+        def write(best: str | None) -> str:
+            self.best_model_checkpoint = best
+            return save_hf_checkpoint(
+                trainer,
+                pl_module,
+                self.output_dir,
+                state=self._state(trainer, step),
+                save_only_model=self.save_only_model,
+                processing_class=self.processing_class,
+            )
+
+        folder, _ = save_tracked_checkpoint(
+            self.output_dir,
+            step,
+            best_global_step=self.best_global_step,
+            best_model_checkpoint=self.best_model_checkpoint,
+            write=write,
+            save_total_limit=self.save_total_limit,
+            is_saver=trainer.is_global_zero,
+        )
+        self.last_saved_step = step
+        return folder
+
+    def _state(self, trainer: L.Trainer, step: int) -> TrainerState:
+        """The ``trainer_state.json`` of the folder being written."""
+        return TrainerState(
             global_step=step,
             epoch=self._epoch,
             max_steps=max(trainer.max_steps, 0),
@@ -243,18 +266,6 @@ class HFCheckpoint(L.Callback):
             num_train_epochs=trainer.max_epochs or 0,
             is_world_process_zero=trainer.is_global_zero,
         )
-        folder = save_hf_checkpoint(
-            trainer,
-            pl_module,
-            self.output_dir,
-            state=state,
-            save_only_model=self.save_only_model,
-            processing_class=self.processing_class,
-        )
-        if trainer.is_global_zero:
-            rotate_checkpoints(self.output_dir, self.save_total_limit, self.best_model_checkpoint)
-        self.last_saved_step = step
-        return folder
 
     # --- Lightning checkpoint state ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import lightning as L
 
+from hf_lightning.adapters.protocols import TrainerFacade
 from hf_lightning.checkpoint.jit import DEFAULT_KILL_WAIT, JITTimings, SigtermWatch, should_stop
 
 __all__ = ["JITCheckpoint", "jit_checkpoint_for"]
@@ -147,14 +148,15 @@ class JITCheckpoint(L.Callback):
             )
 
 
-def jit_checkpoint_for(facade: Any, trial: Any = None) -> JITCheckpoint:
-    """The ``JITCheckpoint`` of an ``hf_lightning.Trainer`` run: saves through the facade's HF checkpoint."""
+def jit_checkpoint_for(facade: TrainerFacade, trial: Any = None) -> JITCheckpoint:
+    """The ``JITCheckpoint`` of an ``hf_lightning.Trainer`` run: saves through the facade's checkpoint policy."""
+    checkpoints = facade.checkpoints
 
     def save(trainer: L.Trainer, pl_module: L.LightningModule) -> Any:
-        return facade._save_jit_checkpoint(trial)
+        return checkpoints.save_jit_checkpoint(trial)
 
     return JITCheckpoint(
-        kill_wait=getattr(facade, "jit_kill_wait", DEFAULT_KILL_WAIT),
+        kill_wait=facade.jit_kill_wait,
         save=save,
-        save_time_hint=lambda: getattr(facade, "_last_save_seconds", None),
+        save_time_hint=lambda: checkpoints.last_save_seconds,
     )

@@ -28,6 +28,7 @@ from typing import Any, cast
 import optuna
 import torch
 
+from hf_lightning.adapters.protocols import TrainerFacade
 from hf_lightning.trainer_utils import BestRun
 
 __all__ = ["default_hp_space", "report", "run", "trial_id", "trial_params"]
@@ -71,7 +72,9 @@ def report(trainer: Any, trial: Any, step: int, metrics: dict[str, float], objec
         raise optuna.TrialPruned(f"Stopped at step {step} by the pruner (objective {objective}).")
 
 
-def run(trainer: Any, n_trials: int, direction: str | list[str], **kwargs: Any) -> BestRun | list[BestRun]:
+def run(
+    trainer: TrainerFacade, n_trials: int, direction: str | list[str], **kwargs: Any
+) -> BestRun | list[BestRun]:
     """Create (or load) the study, run the trials it still lacks, return the best run(s)."""
     if trainer.args.world_size > 1:
         raise NotImplementedError(
@@ -131,7 +134,7 @@ def _remaining_trials(study: optuna.Study, n_trials: int) -> int:
     return max(n_trials - finished, 0)
 
 
-def _objective(trainer: Any, n_jobs: int) -> Any:
+def _objective(trainer: TrainerFacade, n_jobs: int) -> Any:
     if n_jobs != 1:
         logger.warning(
             "`hyperparameter_search(n_jobs=%s)` runs trials in threads of one process: they share the "
@@ -140,9 +143,9 @@ def _objective(trainer: Any, n_jobs: int) -> Any:
         )
 
     def objective(trial: optuna.Trial) -> Any:
-        local = trainer if n_jobs == 1 else trainer._hp_search_clone()
+        local = trainer if n_jobs == 1 else trainer.search.clone()
         try:
-            value, _ = local._run_hp_trial(trial)
+            value, _ = local.search.run_trial(trial)
         finally:
             _release_memory()
         return value

@@ -5,10 +5,10 @@
 one of its own, ``address``: the Ray cluster to join when this process has not started Ray yet
 (without it a local instance is started; ``ray.init`` also honours ``RAY_ADDRESS``).
 
-How the trainer reaches the workers (DESIGN.md, divergence 4): transformers pickles the trainer itself,
+How the trainer reaches the workers (docs/divergences.md): transformers pickles the trainer itself,
 which fails with "cannot pickle weakref" once it has trained (its optimizer, scheduler and accelerator
 hold weak references). Here the object store receives a copy holding none of a run's state
-(``Trainer._hp_search_clone``: no model, optimizer, scheduler or Lightning objects), with absolute output
+(``trainer.search.clone(picklable=True)``: no model, optimizer, scheduler or Lightning objects), with absolute output
 paths so that trial ``t`` writes ``output_dir/run-{t}/`` wherever Ray runs it. Each worker builds the
 model with ``model_init``. An attribute that still cannot be pickled (a lock in a dataset, a callback
 holding a file) is named in the error.
@@ -34,7 +34,8 @@ from ray import tune
 from ray.tune import ResultGrid
 from ray.tune import schedulers as tune_schedulers
 
-from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, get_last_checkpoint
+from hf_lightning.adapters.protocols import TrainerFacade
+from hf_lightning.trainer_utils import BestRun, get_last_checkpoint
 
 __all__ = ["SearchResultGrid", "default_hp_space", "report", "run", "trial_id", "trial_params"]
 
@@ -74,11 +75,11 @@ def report(trainer: Any, trial: Any, step: int, metrics: dict[str, float], objec
     _report(trainer, {**metrics, "objective": objective}, with_checkpoint=bool(trainer.control.should_save))
 
 
-def _report(trainer: Any, metrics: dict[str, Any], with_checkpoint: bool) -> None:
+def _report(trainer: TrainerFacade, metrics: dict[str, Any], with_checkpoint: bool) -> None:
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = None
         if with_checkpoint:
-            trainer._tune_save_checkpoint(folder)
+            trainer.search.save_tune_checkpoint(folder)
             checkpoint = tune.Checkpoint.from_directory(folder)
         tune.report(metrics, checkpoint=checkpoint)
 
@@ -92,7 +93,7 @@ class SearchResultGrid(ResultGrid):
         return getattr(self._experiment_analysis, name)
 
 
-def run(trainer: Any, n_trials: int, direction: str, **kwargs: Any) -> BestRun:
+def run(trainer: TrainerFacade, n_trials: int, direction: str, **kwargs: Any) -> BestRun:
     """Run ``n_trials`` samples of the space on Ray Tune; return the best trial by its last objective."""
     check_scheduler(trainer.args, kwargs.get("scheduler"))
     payload = _worker_copy(trainer)
@@ -166,12 +167,11 @@ def _init_ray(address: str | None) -> None:
     ray.init(address=address)
 
 
-def _worker_copy(trainer: Any) -> Any:
+def _worker_copy(trainer: TrainerFacade) -> TrainerFacade:
     """The trainer as it travels to the workers: no run state, absolute paths, checked to pickle."""
-    clone = trainer._hp_search_clone()
-    base = trainer._hp_base_args if trainer._hp_base_args is not None else trainer.args
-    clone.args = clone._hp_base_args = _absolute_paths(base)
-    clone._memory_tracker = None  # holds thread primitives; each worker makes its own
+    clone = trainer.search.clone(picklable=True)  # no memory tracker: each worker makes its own
+    base = trainer.search.base_args if trainer.search.base_args is not None else trainer.args
+    clone.args = clone.search.base_args = _absolute_paths(base)
     try:
         ray.cloudpickle.dumps(clone)
     except Exception as error:  # noqa: BLE001 - any pickling failure: find which attribute causes it
@@ -193,6 +193,8 @@ def _unpicklable_report(trainer: Any, error: Exception) -> str:
     for name, value in vars(trainer).items():
         if name == "callback_handler":
             items = [(f"callback {type(cb).__name__}", cb) for cb in value.callbacks]
+        elif getattr(value, "trainer", None) is trainer:  # a part of the trainer: its own state
+            items = [(f"Trainer.{name}.{key}", item) for key, item in vars(value).items() if key != "trainer"]
         else:
             items = [(f"Trainer.{name}", value)]
         for label, item in items:
@@ -208,15 +210,14 @@ def _unpicklable_report(trainer: Any, error: Exception) -> str:
     )
 
 
-def _trainable(config: dict[str, Any], trainer: Any) -> None:
+def _trainable(config: dict[str, Any], trainer: TrainerFacade) -> None:
     """One Tune trial: train (resuming from Tune's checkpoint after a restart or a PBT exploit)."""
-    trainer._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
     checkpoint = tune.get_checkpoint()
     if checkpoint is None:
-        objective, metrics = trainer._run_hp_trial(config)
+        objective, metrics = trainer.search.run_trial(config)
     else:
         with checkpoint.as_directory() as folder:
-            objective, metrics = trainer._run_hp_trial(
+            objective, metrics = trainer.search.run_trial(
                 config, resume_from_checkpoint=get_last_checkpoint(folder)
             )
     if metrics is not None:  # no evaluation during training: report the final one, with the final weights

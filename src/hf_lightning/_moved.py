@@ -41,11 +41,14 @@ MOVED_MODULES: dict[str, str] = {
     "hf_lightning.trainer_data": "hf_lightning.trainer.data",
     "hf_lightning.trainer_eval": "hf_lightning.trainer.evaluation",
     "hf_lightning.trainer_eval_loop": "hf_lightning.trainer.eval_loop",
-    "hf_lightning.trainer_logging": "hf_lightning.trainer.logs",
-    "hf_lightning.trainer_loop": "hf_lightning.trainer.loop",
+    "hf_lightning.trainer_logging": "hf_lightning.trainer.run",
+    "hf_lightning.trainer_loop": "hf_lightning.adapters.callbacks.loop_driver",
     "hf_lightning.trainer_metrics": "hf_lightning.trainer.metrics",
     "hf_lightning.trainer_optim": "hf_lightning.trainer.optim",
     "hf_lightning.trainer_train": "hf_lightning.trainer.train",
+    # the facade composed of parts: the log bookkeeping is TrainingRun, the loop driver is engine-side
+    "hf_lightning.trainer.logs": "hf_lightning.trainer.run",
+    "hf_lightning.trainer.loop": "hf_lightning.adapters.callbacks.loop_driver",
 }
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "LossSettings",
     "compute_model_loss",
     "count_items_in_batch",
+    "loss_is_scaled_for_ga",
     "loss_shifts_labels",
     "model_accepts_loss_kwargs",
     "unwrap_model",
@@ -171,9 +172,24 @@ class LossSettings:
 
     def loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
         """Whether the loss is already normalised over the window (else it is divided by the window size)."""
-        return (self.accepts_loss_kwargs and num_items_in_batch is not None) or (
-            self.compute_loss_func is not None
-        )
+        return loss_is_scaled_for_ga(self.accepts_loss_kwargs, self.compute_loss_func, num_items_in_batch)
+
+
+def loss_is_scaled_for_ga(
+    accepts_loss_kwargs: bool,
+    compute_loss_func: Callable[..., Any] | None,
+    num_items_in_batch: Any,
+    override: bool | None = None,
+) -> bool:
+    """Whether a micro-batch's loss is already normalised over the accumulation window.
+
+    It is when the model (or ``compute_loss_func``) divided by ``num_items_in_batch`` of the whole
+    window; otherwise the caller divides it by the window size. ``override`` (the Trainer's
+    ``loss_is_scaled_for_ga`` attribute), when not None, is the answer.
+    """
+    if override is not None:
+        return override
+    return (accepts_loss_kwargs and num_items_in_batch is not None) or compute_loss_func is not None
 
 
 def compute_model_loss(

@@ -16,7 +16,6 @@ import inspect
 import logging
 import os
 import random
-import re
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -59,7 +58,6 @@ logger = logging.getLogger(__name__)
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 #: A checkpoint folder holding this file was not completely written (the save was interrupted).
 INCOMPLETE_CHECKPOINT_MARKER = "checkpoint-is-incomplete.txt"
-_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 _ENUM_NAMES = ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy")
 
 
@@ -166,11 +164,6 @@ def seed_worker(worker_id: int, num_workers: int, rank: int) -> None:
 
 
 # --- Checkpoints ---
-
-
-def _checkpoint_number(name: str) -> int | None:
-    match = _CHECKPOINT_RE.search(name)
-    return int(match.group(1)) if match else None
 
 
 def get_last_checkpoint(folder: str | os.PathLike) -> str | None:

@@ -11,17 +11,13 @@ import pytest
 import torch
 
 import hf_lightning
-from hf_lightning.trainer.hpsearch import TrainerHPSearchMixin, default_hp_space_optuna, default_hp_space_ray
+from hf_lightning.trainer.hpsearch import default_hp_space_optuna, default_hp_space_ray
 from tests.tiny import RegressionModel, regression_data
 
 transformers = pytest.importorskip("transformers")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-OursTrainer = (
-    hf_lightning.Trainer
-    if issubclass(hf_lightning.Trainer, TrainerHPSearchMixin)
-    else type("OursTrainer", (TrainerHPSearchMixin, hf_lightning.Trainer), {"__module__": __name__})
-)
+OursTrainer = hf_lightning.Trainer
 
 BASE = dict(
     report_to="none",

@@ -1,14 +1,20 @@
-"""The Trainer's dataloaders: collators, unused columns, samplers — as transformers builds them."""
+"""``DataLoaderBuilder`` (``trainer.loaders``): the Trainer's dataloaders, as transformers builds them.
+
+Collators, unused columns, samplers and workers for training, evaluation and prediction. The
+Trainer's ``get_*_dataloader``, ``_get_dataloader``, ``_get_train_sampler`` and ``_get_eval_sampler``
+keep transformers' signatures (users override them) and call this part; the part calls the
+samplers back through the Trainer, so an override is used.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
@@ -17,10 +23,12 @@ from hf_lightning.data.collators import (
     signature_columns,
 )
 from hf_lightning.data.dispatch import DispatchedBatches
-from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import has_length, seed_worker
 
-__all__ = ["TrainerDataMixin", "find_labels"]
+if TYPE_CHECKING:
+    from hf_lightning.trainer.trainer import Trainer
+
+__all__ = ["DataLoaderBuilder", "find_labels"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,27 +57,127 @@ def _tensor_parallel_size(model: Any, args: Any) -> int:
     return int(size or 1)
 
 
-class TrainerDataMixin(TrainerBase):
-    """``get_train_dataloader`` and the helpers that prepare a dataset for the model."""
+class DataLoaderBuilder:
+    """Builds the training, evaluation and test DataLoaders; owns the model-signature and loader caches."""
 
-    def get_train_dataloader(self) -> DataLoader | DispatchedBatches:
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.signature_columns: list[str] | None = None
+        """The model's forward arguments (and labels), found on first use."""
+        self.eval_dataloaders: dict[str, DataLoader | DispatchedBatches] = {}
+        """Evaluation loaders kept with ``dataloader_persistent_workers``."""
+
+    # --- training ----------------------------------------------------------------------------
+    def train_dataloader(self) -> DataLoader | DispatchedBatches:
         """The training DataLoader: sampler from ``train_sampling_strategy``, workers from the arguments."""
-        if self.train_dataset is None:
+        t = self.trainer
+        if t.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
-        return self._get_dataloader(
-            self.train_dataset,
+        return t._get_dataloader(
+            t.train_dataset,
             "training",
-            self._train_batch_size,
-            sampler_fn=self._get_train_sampler,
+            t._train_batch_size,
+            sampler_fn=t._get_train_sampler,
             is_training=True,
         )
 
-    def _signature(self) -> list[str]:
-        if self._signature_columns is None:
-            self._signature_columns = signature_columns(self.model, self.label_names)
-        return self._signature_columns
+    def train_sampler(self, train_dataset: Any = None, lengths: list[int] | None = None) -> Any:
+        """``Trainer._get_train_sampler``: the sampler (or batch sampler) of ``args.train_sampling_strategy``."""
+        from hf_lightning.adapters.samplers import build_train_sampler
 
-    def _get_dataloader(
+        t = self.trainer
+        dataset = t.train_dataset if train_dataset is None else train_dataset
+        if dataset is None or not has_length(dataset):
+            return None
+        args = t.args
+        tp_size = _tensor_parallel_size(t.model, args)
+        if args.train_sampling_strategy == "batch_rebalance" and tp_size > 1:
+            raise ValueError(
+                "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
+                f"only, but the model is tensor-parallel (tp_size={tp_size}); "
+                "choose one of: 'random', 'sequential', 'group_by_length'"
+            )
+        seed = args.data_seed if args.data_seed is not None else args.seed
+        sampler, batch_sampler = build_train_sampler(
+            args.train_sampling_strategy,
+            lengths if lengths is not None else len(dataset),
+            batch_size=t._train_batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            num_replicas=max(args.world_size, 1),
+            rank=args.process_index,
+            seed=seed,
+            drop_last=args.dataloader_drop_last,
+        )
+        return batch_sampler if batch_sampler is not None else sampler
+
+    # --- evaluation and prediction ------------------------------------------------------------
+    def eval_dataloader(self, eval_dataset: Any = None) -> DataLoader | DispatchedBatches:
+        """``Trainer.get_eval_dataloader``: of ``eval_dataset`` (a dataset or the name of one), else of
+        ``trainer.eval_dataset``; in order, sharded by batches over data-parallel ranks."""
+        t = self.trainer
+        if eval_dataset is None and t.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        key = eval_dataset if isinstance(eval_dataset, str) else "eval"
+        persistent = t.args.dataloader_persistent_workers
+        if persistent and key in self.eval_dataloaders:
+            return self.eval_dataloaders[key]
+        if isinstance(eval_dataset, str):
+            dataset = self._named_eval_dataset(eval_dataset)
+        else:
+            dataset = eval_dataset if eval_dataset is not None else t.eval_dataset
+        loader = t._get_dataloader(
+            dataset, "Evaluation", t.args.eval_batch_size, sampler_fn=t._get_eval_sampler
+        )
+        if persistent:
+            self.eval_dataloaders[key] = loader
+        return loader
+
+    def test_dataloader(self, test_dataset: Any) -> DataLoader | DispatchedBatches:
+        """``Trainer.get_test_dataloader``: like the evaluation one, for ``test_dataset``."""
+        t = self.trainer
+        return t._get_dataloader(test_dataset, "test", t.args.eval_batch_size, sampler_fn=t._get_eval_sampler)
+
+    def _named_eval_dataset(self, name: str) -> Any:
+        datasets = self.trainer.eval_dataset
+        if not isinstance(datasets, dict) or name not in datasets:
+            names = (
+                ", ".join(repr(k) for k in datasets) if isinstance(datasets, dict) else "none (not a dict)"
+            )
+            raise ValueError(f"`get_eval_dataloader({name!r})` names no eval dataset; choose one of: {names}")
+        return datasets[name]
+
+    def eval_sampler(self, eval_dataset: Any, lengths: list[int] | None = None) -> Any:
+        """``Trainer._get_eval_sampler``: sequential on one process; whole batches dealt to several ranks."""
+        from hf_lightning.adapters.evaluation import EvalEngine, EvalShardSampler
+
+        if eval_dataset is None or not has_length(eval_dataset):
+            return None
+        t = self.trainer
+        args = t.args
+        world_size, rank = EvalEngine(t.accelerator, args).world()
+        if world_size > 1:
+            return EvalShardSampler(
+                len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=args.dataloader_drop_last
+            )
+        if args.train_sampling_strategy == "group_by_length":
+            from hf_lightning.adapters.samplers import LengthGroupedSampler
+
+            seed = args.data_seed if args.data_seed is not None else args.seed
+            names = getattr(t.processing_class, "model_input_names", None)
+            return LengthGroupedSampler(
+                args.eval_batch_size,
+                dataset=eval_dataset,
+                lengths=lengths,
+                model_input_name=names[0] if names else None,
+                length_column_name=args.length_column_name,
+                generator=torch.Generator().manual_seed(seed),
+                num_replicas=1,
+                rank=0,
+            )
+        return SequentialSampler(eval_dataset)
+
+    # --- one DataLoader ------------------------------------------------------------------------
+    def build(
         self,
         dataset: Any,
         description: str,
@@ -77,8 +185,8 @@ class TrainerDataMixin(TrainerBase):
         sampler_fn: Any = None,
         is_training: bool = False,
     ) -> DataLoader | DispatchedBatches:
-        args = self.args
-        collator = self.data_collator
+        """``Trainer._get_dataloader``: columns, collator, sampler and workers for ``dataset``."""
+        args = self.trainer.args
         lengths = None
         if (
             is_training
@@ -87,34 +195,8 @@ class TrainerDataMixin(TrainerBase):
             and not isinstance(dataset, IterableDataset)
         ):
             lengths = self._lengths(dataset)  # read before unused columns (the length column) are dropped
-        if args.remove_unused_columns:
-            if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-                dataset = remove_unused_columns(
-                    dataset,
-                    self._signature(),
-                    self.label_names,
-                    description=description,
-                    model_name=type(self.model).__name__,
-                )
-            else:
-                collator = RemoveColumnsCollator(
-                    collator,
-                    self._signature(),
-                    logger=logger,
-                    model_name=type(self.model).__name__,
-                    description=description,
-                )
-        params: dict[str, Any] = {
-            "batch_size": batch_size,
-            "collate_fn": collator,
-            "num_workers": args.dataloader_num_workers,
-            "pin_memory": args.dataloader_pin_memory and torch.cuda.is_available(),
-            "persistent_workers": args.dataloader_persistent_workers,
-        }
-        if args.dataloader_num_workers > 0:
-            params["prefetch_factor"] = args.dataloader_prefetch_factor
-            params["multiprocessing_context"] = args.dataloader_multiprocessing_context
-            params["in_order"] = args.dataloader_in_order
+        dataset, collator = self._without_unused_columns(dataset, description)
+        params = self._loader_params(batch_size, collator)
         if not isinstance(dataset, IterableDataset):
             sampler = sampler_fn(dataset, lengths) if sampler_fn is not None else None
             if _is_batch_sampler(sampler):
@@ -127,66 +209,81 @@ class TrainerDataMixin(TrainerBase):
                 params["worker_init_fn"] = partial(
                     seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
                 )
-        else:
-            # transformers leaves drop_last off for a stream; its documentation promises to drop the last
-            # incomplete batch, so the stream's is dropped too (docs/divergences.md).
-            params["drop_last"] = args.dataloader_drop_last
-        if isinstance(dataset, IterableDataset) and is_training:
-            if args.max_steps <= 0:
-                raise ValueError(
-                    "`TrainingArguments(max_steps=...)` must be a positive number of steps when "
-                    "train_dataset is an IterableDataset (it has no length to count epochs with)"
-                )
-            if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
-                logger.warning(
-                    "`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
-                    "is an IterableDataset, whose examples are read in the dataset's own order.",
-                    args.train_sampling_strategy,
-                )
-            if (
-                args.world_size > 1
-            ):  # each process trains on its share of the stream, as accelerate dispatches it
-                seed = args.data_seed if args.data_seed is not None else args.seed
-                return DispatchedBatches(
-                    DataLoader(dataset, **params),
-                    args.world_size,
-                    args.process_index,
-                    drop_last=args.dataloader_drop_last,
-                    seed=seed,
-                )
+            return DataLoader(dataset, **params)
+        # transformers leaves drop_last off for a stream; its documentation promises to drop the last
+        # incomplete batch, so the stream's is dropped too (docs/divergences.md).
+        params["drop_last"] = args.dataloader_drop_last
+        if is_training:
+            return self._stream_loader(dataset, params)
         return DataLoader(dataset, **params)
 
-    def _lengths(self, dataset: Any) -> list[int]:
-        name = None
-        if self.processing_class is not None:
-            names = getattr(self.processing_class, "model_input_names", None)
-            name = names[0] if names else None
-        return compute_lengths(dataset, self.args.length_column_name, name)
+    def _loader_params(self, batch_size: int, collator: Any) -> dict[str, Any]:
+        args = self.trainer.args
+        params: dict[str, Any] = {
+            "batch_size": batch_size,
+            "collate_fn": collator,
+            "num_workers": args.dataloader_num_workers,
+            "pin_memory": args.dataloader_pin_memory and torch.cuda.is_available(),
+            "persistent_workers": args.dataloader_persistent_workers,
+        }
+        if args.dataloader_num_workers > 0:
+            params["prefetch_factor"] = args.dataloader_prefetch_factor
+            params["multiprocessing_context"] = args.dataloader_multiprocessing_context
+            params["in_order"] = args.dataloader_in_order
+        return params
 
-    def _get_train_sampler(self, train_dataset: Any = None, lengths: list[int] | None = None) -> Any:
-        """The training sampler (or batch sampler) of ``args.train_sampling_strategy``."""
-        from hf_lightning.adapters.samplers import build_train_sampler
-
-        dataset = self.train_dataset if train_dataset is None else train_dataset
-        if dataset is None or not has_length(dataset):
-            return None
-        args = self.args
-        tp_size = _tensor_parallel_size(self.model, args)
-        if args.train_sampling_strategy == "batch_rebalance" and tp_size > 1:
-            raise ValueError(
-                "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
-                f"only, but the model is tensor-parallel (tp_size={tp_size}); "
-                "choose one of: 'random', 'sequential', 'group_by_length'"
+    def _without_unused_columns(self, dataset: Any, description: str) -> tuple[Any, Any]:
+        """(dataset, collator) with the columns the model does not take removed (``remove_unused_columns``)."""
+        t = self.trainer
+        collator = t.data_collator
+        if not t.args.remove_unused_columns:
+            return dataset, collator
+        model_name = type(t.model).__name__
+        if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
+            dataset = remove_unused_columns(
+                dataset, self._signature(), t.label_names, description=description, model_name=model_name
             )
-        seed = args.data_seed if args.data_seed is not None else args.seed
-        sampler, batch_sampler = build_train_sampler(
-            args.train_sampling_strategy,
-            lengths if lengths is not None else len(dataset),
-            batch_size=self._train_batch_size,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            num_replicas=max(args.world_size, 1),
-            rank=args.process_index,
-            seed=seed,
-            drop_last=args.dataloader_drop_last,
+            return dataset, collator
+        collator = RemoveColumnsCollator(
+            collator, self._signature(), logger=logger, model_name=model_name, description=description
         )
-        return batch_sampler if batch_sampler is not None else sampler
+        return dataset, collator
+
+    def _stream_loader(self, dataset: Any, params: dict[str, Any]) -> DataLoader | DispatchedBatches:
+        """The training loader of an ``IterableDataset`` (each process reads its share of the stream)."""
+        args = self.trainer.args
+        if args.max_steps <= 0:
+            raise ValueError(
+                "`TrainingArguments(max_steps=...)` must be a positive number of steps when "
+                "train_dataset is an IterableDataset (it has no length to count epochs with)"
+            )
+        if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+            logger.warning(
+                "`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
+                "is an IterableDataset, whose examples are read in the dataset's own order.",
+                args.train_sampling_strategy,
+            )
+        if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
+            seed = args.data_seed if args.data_seed is not None else args.seed
+            return DispatchedBatches(
+                DataLoader(dataset, **params),
+                args.world_size,
+                args.process_index,
+                drop_last=args.dataloader_drop_last,
+                seed=seed,
+            )
+        return DataLoader(dataset, **params)
+
+    def _signature(self) -> list[str]:
+        if self.signature_columns is None:
+            t = self.trainer
+            self.signature_columns = signature_columns(t.model, t.label_names)
+        return self.signature_columns
+
+    def _lengths(self, dataset: Any) -> list[int]:
+        processing_class = self.trainer.processing_class
+        name = None
+        if processing_class is not None:
+            names = getattr(processing_class, "model_input_names", None)
+            name = names[0] if names else None
+        return compute_lengths(dataset, self.trainer.args.length_column_name, name)

@@ -1,4 +1,8 @@
-"""``evaluation_loop`` and ``prediction_step``: the loop shared by ``evaluate()`` and ``predict()``.
+"""``EvaluationLoop`` (``trainer.eval_loop``): the loop shared by ``evaluate()`` and ``predict()``.
+
+``Trainer.evaluation_loop`` and ``Trainer.prediction_step`` keep transformers' signatures (users
+override them) and call this part; it calls ``prediction_step``, ``compute_loss`` and
+``_prepare_inputs`` back through the Trainer.
 
 One pass over the dataloader, as transformers runs it::
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -38,10 +42,12 @@ from hf_lightning.eval_utils import (
     prefix_metric_keys,
 )
 from hf_lightning.loss import count_items_in_batch
-from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
-__all__ = ["TrainerEvalLoopMixin"]
+if TYPE_CHECKING:
+    from hf_lightning.trainer.trainer import Trainer
+
+__all__ = ["EvaluationLoop"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +80,18 @@ class _EvalRun:
             torch.cuda.empty_cache()
 
 
-class TrainerEvalLoopMixin(TrainerBase):
-    """``evaluation_loop`` and ``prediction_step`` with transformers' signatures."""
+class EvaluationLoop:
+    """One pass of ``prediction_step`` over a dataloader, gathered and scored; owns the model-preparation facts."""
 
-    def evaluation_loop(
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.model_preparation_time: float | None = None
+        """Seconds the engine took to prepare the model for the first evaluation outside training."""
+        self.model_prepared = False
+        self.can_return_loss: bool | None = None
+        """Whether ``model.forward`` has ``return_loss=True`` (CLIP-like models); found on first use."""
+
+    def run(
         self,
         dataloader: Any,
         description: str,
@@ -89,16 +103,16 @@ class TrainerEvalLoopMixin(TrainerBase):
         from hf_lightning.adapters.evaluation import EvalEngine
 
         if prediction_loss_only is None:
-            prediction_loss_only = self.args.prediction_loss_only
-        engine = EvalEngine(self.accelerator, self.args)
+            prediction_loss_only = self.trainer.args.prediction_loss_only
+        engine = EvalEngine(self.trainer.accelerator, self.trainer.args)
         model = self._prepare_model_for_eval(engine)
         self._log_eval_header(dataloader, description)
         model.eval()
         self._set_optimizer_mode("eval")
-        self.callback_handler.eval_dataloader = dataloader
+        self.trainer.callback_handler.eval_dataloader = dataloader
         run = _EvalRun(
-            self.args.eval_do_concat_batches,
-            self._predictions_padding_index(),
+            self.trainer.args.eval_do_concat_batches,
+            self.trainer._predictions_padding_index(),
             self._eval_collective(engine, dataloader),
             description,
             prediction_loss_only,
@@ -109,26 +123,30 @@ class TrainerEvalLoopMixin(TrainerBase):
                 for step, (is_last, inputs) in enumerate(lookahead(dataloader)):
                     self._eval_step(run, model, inputs, step, is_last)
         finally:
-            if self.is_in_train:
+            if self.trainer.is_in_train:
                 self._set_optimizer_mode("train")
         return self._eval_output(run, dataloader, metric_key_prefix)
 
     def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:
-        args = self.args
+        args = self.trainer.args
         batch_size = find_batch_size(inputs)
         run.observed += batch_size or 0
-        outputs = self.prediction_step(model, inputs, run.prediction_loss_only, ignore_keys=run.ignore_keys)
+        outputs = self.trainer.prediction_step(
+            model, inputs, run.prediction_loss_only, ignore_keys=run.ignore_keys
+        )
         keep = run.description == "Prediction" or not args.batch_eval_metrics
         losses, logits, labels = self._gather_step(
             run, step, keep, inputs, outputs, batch_size or args.eval_batch_size
         )
-        self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
+        self.trainer.control = self.trainer.callback_handler.on_prediction_step(
+            args, self.trainer.state, self.trainer.control
+        )
         if args.batch_eval_metrics:
-            if self.compute_metrics is not None and logits is not None and labels is not None:
+            if self.trainer.compute_metrics is not None and logits is not None and labels is not None:
                 prediction = make_eval_prediction(
                     logits, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
                 )
-                run.metrics = self.compute_metrics(prediction, compute_result=is_last)
+                run.metrics = self.trainer.compute_metrics(prediction, compute_result=is_last)
         elif args.eval_accumulation_steps is not None and (step + 1) % args.eval_accumulation_steps == 0:
             run.offload()
 
@@ -146,7 +164,7 @@ class TrainerEvalLoopMixin(TrainerBase):
         if losses is not None:
             losses = collective.gather(losses.repeat(batch_size), step)  # one loss per sample
             run.losses.add(losses)
-        if "inputs" in (self.args.include_for_metrics or ()):
+        if "inputs" in (self.trainer.args.include_for_metrics or ()):
             decoded = collective.gather(collective.pad_across_processes(self._eval_main_input(inputs)), step)
             if keep:
                 run.inputs.add(decoded)
@@ -154,8 +172,8 @@ class TrainerEvalLoopMixin(TrainerBase):
             labels = collective.pad_across_processes(labels)
         if logits is not None:
             logits = collective.pad_across_processes(logits, pad_index=run.preds.padding_index)
-            if self.preprocess_logits_for_metrics is not None:
-                logits = self.preprocess_logits_for_metrics(logits, labels)
+            if self.trainer.preprocess_logits_for_metrics is not None:
+                logits = self.trainer.preprocess_logits_for_metrics(logits, labels)
             logits = collective.gather(logits, step)
             if keep:
                 run.preds.add(logits)
@@ -166,17 +184,17 @@ class TrainerEvalLoopMixin(TrainerBase):
         return losses, logits, labels
 
     def _eval_output(self, run: _EvalRun, dataloader: Any, prefix: str) -> EvalLoopOutput:
-        args = self.args
+        args = self.trainer.args
         losses, preds = run.losses.get_arrays(), run.preds.get_arrays()
         labels, inputs = run.labels.get_arrays(), run.inputs.get_arrays()
         metrics = run.metrics
         if (
-            self.compute_metrics is not None
+            self.trainer.compute_metrics is not None
             and preds is not None
             and labels is not None
             and not args.batch_eval_metrics
         ):
-            metrics = self.compute_metrics(
+            metrics = self.trainer.compute_metrics(
                 make_eval_prediction(
                     preds, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
                 )
@@ -185,7 +203,7 @@ class TrainerEvalLoopMixin(TrainerBase):
         loss = mean_eval_loss(losses, args.logging_nan_inf_filter)
         if loss is not None:
             metrics[f"{prefix}_loss"] = loss
-        if hasattr(self, "model_preparation_time"):
+        if self.model_preparation_time is not None:
             metrics[f"{prefix}_model_preparation_time"] = self.model_preparation_time
         prefix_metric_keys(metrics, prefix)
         return EvalLoopOutput(
@@ -195,7 +213,7 @@ class TrainerEvalLoopMixin(TrainerBase):
             num_samples=self._eval_num_samples(dataloader, run.observed),
         )
 
-    def prediction_step(
+    def predict_step(
         self,
         model: nn.Module,
         inputs: dict[str, Any],
@@ -204,17 +222,19 @@ class TrainerEvalLoopMixin(TrainerBase):
     ) -> tuple[Any, Any, Any]:
         """``(loss, logits, labels)`` of one batch, each None when absent (only the loss with
         ``prediction_loss_only``). Output keys in ``ignore_keys`` are left out of the logits."""
-        has_labels = bool(self.label_names) and all(inputs.get(k) is not None for k in self.label_names)
+        has_labels = bool(self.trainer.label_names) and all(
+            inputs.get(k) is not None for k in self.trainer.label_names
+        )
         return_loss = inputs.get("return_loss")
         if return_loss is None:
             return_loss = self._can_return_loss()
-        with_loss = has_labels or (not self.label_names and bool(return_loss))
-        inputs = self._prepare_inputs(inputs)
+        with_loss = has_labels or (not self.trainer.label_names and bool(return_loss))
+        inputs = self.trainer._prepare_inputs(inputs)
         if ignore_keys is None:
             ignore_keys = self._default_ignore_keys()
         labels = None
         if with_loss:
-            labels = nested_detach(tuple(inputs.get(name) for name in self.label_names))
+            labels = nested_detach(tuple(inputs.get(name) for name in self.trainer.label_names))
             labels = labels[0] if len(labels) == 1 else labels
         loss, outputs = self._eval_forward(model, inputs, with_loss)
         if prediction_loss_only:
@@ -229,29 +249,23 @@ class TrainerEvalLoopMixin(TrainerBase):
 
     def _eval_forward(self, model: nn.Module, inputs: dict[str, Any], with_loss: bool) -> tuple[Any, Any]:
         """``(loss or None, outputs)`` of the model on one batch, without gradients."""
-        with torch.no_grad(), self.compute_loss_context_manager():
+        with torch.no_grad(), self.trainer.compute_loss_context_manager():
             if not with_loss:
                 return None, model(**inputs)
             num_items = self._eval_num_items(inputs)
-            loss, outputs = self.compute_loss(
+            loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
             )
         return loss.detach().mean(), outputs
 
     # --- helpers ---------------------------------------------------------------------------
-    def _predictions_padding_index(self) -> int:
-        """The value that pads predictions of different lengths (-100; Seq2SeqTrainer: the pad token)."""
-        return -100
-
     def _prepare_model_for_eval(self, engine: Any) -> nn.Module:
-        prepared_before = getattr(self, "_train_start_time", None) is not None or getattr(
-            self, "_eval_model_prepared", False
-        )
-        model, seconds = engine.prepare_model(self.model, in_train=self.is_in_train)
+        prepared_before = self.trainer.run.started or self.model_prepared
+        model, seconds = engine.prepare_model(self.trainer.model, in_train=self.trainer.is_in_train)
         if not engine.in_lightning and not prepared_before:
             # transformers reports the time its accelerator took to prepare the model, once
             self.model_preparation_time = seconds
-            self._eval_model_prepared = True
+            self.model_prepared = True
         return model
 
     def _eval_collective(self, engine: Any, dataloader: Any) -> Any:
@@ -266,59 +280,59 @@ class TrainerEvalLoopMixin(TrainerBase):
                 "custom loader): each of the %d processes keeps the results of its own batches.",
                 world_size,
             )
-        return EvalCollective(world_size, sampler, self.args.eval_use_gather_object)
+        return EvalCollective(world_size, sampler, self.trainer.args.eval_use_gather_object)
 
     def _set_optimizer_mode(self, mode: str) -> None:
         """Schedule-free optimizers have ``train()`` / ``eval()``; switch them with the model."""
-        switch = getattr(self.optimizer, mode, None)
+        switch = getattr(self.trainer.optimizer, mode, None)
         if callable(switch):
             switch()
 
     def _log_eval_header(self, dataloader: Any, description: str) -> None:
         logger.info("***** Running %s *****", description)
         if has_length(dataloader):
-            logger.info("  Num examples = %d", self.num_examples(dataloader))
+            logger.info("  Num examples = %d", self.trainer.num_examples(dataloader))
         else:
             logger.info("  Num examples: Unknown")
-        logger.info("  Batch size = %d", self.args.eval_batch_size)
+        logger.info("  Batch size = %d", self.trainer.args.eval_batch_size)
 
     def _eval_num_samples(self, dataloader: Any, observed: int) -> int:
         dataset = getattr(dataloader, "dataset", None)
         if dataset is not None and has_length(dataset):
             num_samples = len(dataset)
         elif has_length(dataloader):
-            num_samples = self.num_examples(dataloader)
+            num_samples = self.trainer.num_examples(dataloader)
         else:
             num_samples = observed
         return observed if num_samples == 0 and observed > 0 else num_samples
 
     def _eval_main_input(self, inputs: dict[str, Any]) -> Any:
-        name = getattr(self.model, "main_input_name", "input_ids")
-        return self._prepare_inputs({name: inputs[name]})[name]
+        name = getattr(self.trainer.model, "main_input_name", "input_ids")
+        return self.trainer._prepare_inputs({name: inputs[name]})[name]
 
     def _eval_num_items(self, inputs: dict[str, Any]) -> Any:
         """``num_items_in_batch`` of one evaluation batch, as transformers counts it."""
         if "labels" not in inputs or not (
-            self.model_accepts_loss_kwargs or self.compute_loss_func is not None
+            self.trainer.model_accepts_loss_kwargs or self.trainer.compute_loss_func is not None
         ):
             return None
-        count = count_items_in_batch([inputs], shift_labels=self.loss_shifts_labels)
+        count = count_items_in_batch([inputs], shift_labels=self.trainer.loss_shifts_labels)
         if count is None:
             return None
-        count = count.to(self.accelerator.device)
-        if self.args.average_tokens_across_devices and self.accelerator.num_processes > 1:
-            count = self.accelerator.reduce(count, "sum")
+        count = count.to(self.trainer.accelerator.device)
+        if self.trainer.args.average_tokens_across_devices and self.trainer.accelerator.num_processes > 1:
+            count = self.trainer.accelerator.reduce(count, "sum")
         return count
 
     def _can_return_loss(self) -> bool:
         """Whether ``model.forward`` has a ``return_loss`` argument defaulting to True (CLIP-like models)."""
-        if not hasattr(self, "can_return_loss"):
-            params = inspect.signature(self.model.forward).parameters
+        if self.can_return_loss is None:
+            params = inspect.signature(self.trainer.model.forward).parameters
             self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
         return self.can_return_loss
 
     def _default_ignore_keys(self) -> list[str]:
-        config = getattr(self.model, "config", None)
+        config = getattr(self.trainer.model, "config", None)
         if config is None:
             return []
         return list(getattr(config, "keys_to_ignore_at_inference", ["cache"]))

@@ -1,15 +1,17 @@
-"""``Trainer.hyperparameter_search``: the front door of the search, free of any search engine.
+"""``SearchRunner`` (``trainer.search``): ``Trainer.hyperparameter_search``, free of any search engine.
 
 The search itself runs in a backend of ``hf_lightning.adapters.hpsearch`` (``optuna`` or ``ray``),
 imported only when a search starts. Each backend module provides::
 
     default_hp_space(trial) -> dict          # transformers' default search space
-    run(trainer, n_trials, direction, **kw)  # -> BestRun | list[BestRun]
+    run(trainer, n_trials, direction, **kw)  # -> BestRun | list[BestRun]; calls trainer.search.run_trial
     trial_params(trainer, trial) -> dict     # the trial's hyperparameters
     trial_id(trial) -> str                   # names output_dir/run-{trial_id}/
     report(trainer, trial, step, metrics, objective)  # after each evaluation
 
-A trial runs as transformers runs it, in one order that matters::
+A backend drives the search through this part's public methods (typed by
+``hf_lightning.adapters.protocols.SearchPart``): ``run_trial``, ``clone``, ``base_args`` and
+``save_tune_checkpoint``. A trial runs as transformers runs it, in one order that matters::
 
     _hp_search_setup(trial)   # a copy of the arguments with the trial's values (the seed included)
     train(trial=trial)        # seeds with the trial's seed, then model_init(trial) builds the model
@@ -18,7 +20,7 @@ A trial runs as transformers runs it, in one order that matters::
     objective = compute_objective(metrics)
 
 transformers builds the model before applying the trial's values, so a trial's ``seed`` never reaches
-``model_init`` (DESIGN.md, divergence 8). Here the trial's values go to a copy of ``TrainingArguments``
+``model_init`` (docs/divergences.md). Here the trial's values go to a copy of ``TrainingArguments``
 before the model is built, and the original arguments are back in place when the search ends.
 """
 
@@ -29,16 +31,19 @@ import dataclasses
 import importlib
 import importlib.util
 import logging
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hf_lightning.args.enums import ChoiceEnum
-from hf_lightning.trainer.base import TrainerBase
-from hf_lightning.trainer_utils import BestRun, default_compute_objective
+from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
+
+if TYPE_CHECKING:
+    from hf_lightning.trainer.trainer import Trainer
 
 __all__ = [
     "HPSearchBackend",
-    "TrainerHPSearchMixin",
+    "SearchRunner",
     "default_hp_search_backend",
     "default_hp_space_optuna",
     "default_hp_space_ray",
@@ -164,18 +169,23 @@ def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> Any:
     return new
 
 
-class TrainerHPSearchMixin(TrainerBase):
-    """``hyperparameter_search`` and the per-trial hooks ``train`` and evaluation call."""
+class SearchRunner:
+    """Runs ``hyperparameter_search`` and its trials; owns the search's own bookkeeping.
 
-    hp_space: Any = None
-    compute_objective: Any = None
-    objective: Any = None
-    _trial: Any = None
-    _trial_run_name: str | None = None
-    _hp_base_args: Any = None
-    _hp_applied_trial: Any = None
+    The search's public attributes of transformers' Trainer (``hp_space``, ``compute_objective``,
+    ``objective``, ``hp_name``, ``hp_search_backend``, ``_trial``) stay on the Trainer.
+    """
 
-    def hyperparameter_search(
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.base_args: Any = None
+        """The ``TrainingArguments`` the search started with (each trial gets a copy with its values)."""
+        self.applied_trial: Any = None
+        """The trial whose values ``trainer.args`` holds now."""
+        self.trial_run_name: str | None = None
+        """``run-{trial id}`` (or ``hp_name(trial)``): the trial's folder under ``output_dir``."""
+
+    def run(
         self,
         hp_space: Any = None,
         compute_objective: Any = None,
@@ -187,107 +197,118 @@ class TrainerHPSearchMixin(TrainerBase):
     ) -> BestRun | list[BestRun]:
         """Search hyperparameters with Optuna or Ray Tune; returns the best run (a list for several
         directions). Each trial gets a fresh model from ``model_init``; ``kwargs`` go to the backend
-        (docs/hpsearch.md lists them)."""
+        (docs/hpsearch.md lists them). The original arguments are back in place when the search ends."""
+        t = self.trainer
         name = _backend_name(backend)
         module = _backend_module(name)
-        if self.model_init is None:
+        if t.model_init is None:
             raise RuntimeError(
                 "`hyperparameter_search()` needs `Trainer(model_init=...)`: every trial builds a "
                 "fresh model with it. Pass a function returning the model instead of `model`."
             )
         _check_search_call(n_trials, direction, name)
-        self.hp_search_backend = name
-        self.hp_space = module.default_hp_space if hp_space is None else hp_space
-        self.hp_name = hp_name
-        self.compute_objective = default_compute_objective if compute_objective is None else compute_objective
-        base_args = self._hp_base_args = self.args
+        t.hp_search_backend = name
+        t.hp_space = module.default_hp_space if hp_space is None else hp_space
+        t.hp_name = hp_name
+        t.compute_objective = default_compute_objective if compute_objective is None else compute_objective
+        base_args = self.base_args = t.args
         try:
-            return module.run(self, n_trials, direction, **kwargs)
+            return module.run(t, n_trials, direction, **kwargs)
         finally:
-            self.args, self._hp_base_args, self._hp_applied_trial = base_args, None, None
-            self._train_batch_size = base_args.train_batch_size
-            self.hp_search_backend = None
+            t.args, self.base_args, self.applied_trial = base_args, None, None
+            t._train_batch_size = base_args.train_batch_size
+            t.hp_search_backend = None
 
     # --- one trial -------------------------------------------------------------------------
-    def _hp_search_setup(self, trial: Any) -> None:
-        """Give the trial a copy of the arguments with its hyperparameters (before ``model_init`` runs)."""
-        self._trial = trial
-        if self.hp_search_backend is None or trial is None or trial is self._hp_applied_trial:
+    def setup_trial(self, trial: Any) -> None:
+        """``Trainer._hp_search_setup``: a copy of the arguments with the trial's values (before ``model_init``)."""
+        t = self.trainer
+        t._trial = trial
+        if t.hp_search_backend is None or trial is None or trial is self.applied_trial:
             return
-        module = _backend_module(self.hp_search_backend)
-        params = module.trial_params(self, trial)
-        base = self._hp_base_args if self._hp_base_args is not None else self.args
-        self.args = _apply_hyperparameters(base, params)
+        module = _backend_module(t.hp_search_backend)
+        params = module.trial_params(t, trial)
+        base = self.base_args if self.base_args is not None else t.args
+        t.args = _apply_hyperparameters(base, params)
         run_id = module.trial_id(trial)
-        self._trial_run_name = self.hp_name(trial) if self.hp_name is not None else f"run-{run_id}"
-        self._train_batch_size = self.args.train_batch_size
-        self._hp_applied_trial = trial
+        self.trial_run_name = t.hp_name(trial) if t.hp_name is not None else f"run-{run_id}"
+        t._train_batch_size = t.args.train_batch_size
+        self.applied_trial = trial
         logger.info("Trial %s: %s", run_id, params)
 
-    def _run_hp_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
+    def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; returns its objective and, when no evaluation ran during training, the metrics
         of the final ``evaluate()`` the objective was computed from."""
-        self.objective = None
-        self._hp_search_setup(trial)  # before train(): train() reads self.args before its own setup call
+        t = self.trainer
+        if t._memory_tracker is None:  # type: ignore[comparison-overlap]  # a copy sent to a worker
+            t._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
+        t.objective = None
+        compute_objective = cast(Callable[[dict[str, float]], Any], t.compute_objective)  # set by run()
+        t._hp_search_setup(trial)  # before train(): train() reads trainer.args before its own setup call
         try:
-            self.train(resume_from_checkpoint=resume_from_checkpoint, trial=trial)
+            t.train(resume_from_checkpoint=resume_from_checkpoint, trial=trial)
         finally:
-            self._hp_applied_trial = None
-            if self.is_in_train:  # stopped by the backend (a pruned trial) or an error
-                self.is_in_train = False
-                self._deactivate_neftune()
-                self._memory_tracker = type(self._memory_tracker)(self.args.skip_memory_metrics)
-        if self.objective is not None:
-            return self.objective, None
-        metrics = self.evaluate()
-        self.objective = self.compute_objective(dict(metrics))
-        return self.objective, metrics
+            self.applied_trial = None
+            if t.is_in_train:  # stopped by the backend (a pruned trial) or an error
+                t.is_in_train = False
+                t._deactivate_neftune()
+                t._memory_tracker = type(t._memory_tracker)(t.args.skip_memory_metrics)
+        if t.objective is not None:
+            return t.objective, None
+        metrics = t.evaluate()
+        t.objective = compute_objective(dict(metrics))
+        return t.objective, metrics
 
-    def _report_to_hp_search(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
-        """After each evaluation during training: compute the objective and hand it to the backend, which
-        may stop the trial (Optuna pruning) or record it with a checkpoint (Ray Tune)."""
-        if self.hp_search_backend is None or trial is None:
+    def report(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
+        """``Trainer._report_to_hp_search``: compute the objective and hand it to the backend, which may
+        stop the trial (Optuna pruning) or record it with a checkpoint (Ray Tune)."""
+        t = self.trainer
+        if t.hp_search_backend is None or trial is None or t.compute_objective is None:
             return
-        self.objective = self.compute_objective(dict(metrics))
-        _backend_module(self.hp_search_backend).report(self, trial, step, dict(metrics), self.objective)
+        t.objective = t.compute_objective(dict(metrics))
+        _backend_module(t.hp_search_backend).report(t, trial, step, dict(metrics), t.objective)
 
-    def _tune_save_checkpoint(self, checkpoint_dir: str) -> str:
-        """Write ``checkpoint_dir/checkpoint-{global_step}`` (model, optimizer, scheduler, state) for Ray Tune."""
+    def save_tune_checkpoint(self, checkpoint_dir: str) -> str:
+        """``Trainer._tune_save_checkpoint``: ``checkpoint_dir/checkpoint-{global_step}`` for Ray Tune."""
         from hf_lightning.checkpoint.store import save_checkpoint
 
-        self.state.stateful_callbacks["TrainerControl"] = self.control.state()
+        t = self.trainer
+        t.state.stateful_callbacks["TrainerControl"] = t.control.state()
         return save_checkpoint(
             checkpoint_dir,
-            self.state.global_step,
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.lr_scheduler,
-            state=self.state,
-            args=self.args,
-            processing_class=self.processing_class,
+            t.state.global_step,
+            model=t.model,
+            optimizer=t.optimizer,
+            scheduler=t.lr_scheduler,
+            state=t.state,
+            args=t.args,
+            processing_class=t.processing_class,
         )
 
     # --- copies for parallel trials --------------------------------------------------------
-    def _hp_search_clone(self) -> Any:
+    def clone(self, picklable: bool = False) -> Trainer:
         """A trainer for one more trial: the same arguments, data and functions, but none of a run's state
-        (model, optimizer, Lightning objects), so it can train in a thread or be pickled to a Ray worker."""
+        (model, optimizer, Lightning objects, the parts' bookkeeping), so it can train in a thread or, with
+        ``picklable`` (no memory tracker: it holds thread primitives), be pickled to a Ray worker."""
         from hf_lightning.callbacks import TrainerControl, TrainerState
 
-        clone = copy.copy(self)
-        clone.model = clone.model_wrapped = None
+        t = self.trainer
+        clone = copy.copy(t)
+        clone.model = clone.model_wrapped = None  # type: ignore[assignment]  # model_init builds each trial's
         clone.optimizer = clone.lr_scheduler = None
-        for name in ("_eval_dataloaders", "_neftune_handle"):
-            clone.__dict__.pop(name, None)
-        clone.accelerator = type(self.accelerator)()
-        if not self.args.skip_memory_metrics:
+        clone.accelerator = type(t.accelerator)()
+        if not t.args.skip_memory_metrics:
             logger.warning(
                 "Memory metrics are not measured in parallel or remote trials "
                 "(`TrainingArguments(skip_memory_metrics=False)` applies to sequential trials only)."
             )
-        clone._memory_tracker = type(self._memory_tracker)(True)
-        clone.callback_handler = _clone_handler(self.callback_handler)
+        # a tracker holds thread primitives: a copy for a Ray worker has none, run_trial makes one there
+        clone._memory_tracker = None if picklable else TrainerMemoryTracker(True)  # type: ignore[assignment]
+        clone.callback_handler = _clone_handler(t.callback_handler)
         clone.control, clone.state = TrainerControl(), TrainerState()
-        clone.is_in_train, clone._hp_applied_trial = False, None
+        clone.is_in_train = False
+        clone._build_parts()
+        clone.search.base_args = self.base_args
         return clone
 
 

@@ -1,12 +1,12 @@
 """``log_metrics``, ``metrics_format`` and ``save_metrics``: the metrics a script prints and writes at the end.
 
-Only the world-zero process prints or writes. Reading the memory keys (``skip_memory_metrics=False``):
-``{stage}_mem_{cpu|gpu}_alloc_delta`` is how much more memory was in use at the end of the stage
-(``init``, ``train``, ``eval``, ``test``) than at its start (negative when it freed more than it took);
-``{stage}_mem_{cpu|gpu}_peaked_delta`` is how far above that end value the usage peaked in between.
-Their sum is what the stage needed at most. The ``init`` figures are reported with the first stage that
-runs. CPU figures are the process' resident set size sampled by a thread (a short peak can be missed);
-GPU figures are ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` of the current device.
+Only the world-zero process prints or writes (the Trainer checks). Reading the memory keys
+(``skip_memory_metrics=False``): ``{stage}_mem_{cpu|gpu}_alloc_delta`` is how much more memory was in use
+at the end of the stage (``init``, ``train``, ``eval``, ``test``) than at its start (negative when it freed
+more than it took); ``{stage}_mem_{cpu|gpu}_peaked_delta`` is how far above that end value the usage peaked
+in between. Their sum is what the stage needed at most. The ``init`` figures are reported with the first
+stage that runs. CPU figures are the process' resident set size sampled by a thread (a short peak can be
+missed); GPU figures are ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` of the current device.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import json
 import os
 from typing import Any
 
-from hf_lightning.trainer.base import TrainerBase
-
-__all__ = ["TrainerMetricsMixin", "metrics_format"]
+__all__ = ["metrics_format", "print_metrics", "write_metrics"]
 
 
 def _secs2timedelta(secs: float) -> str:
@@ -43,44 +41,30 @@ def metrics_format(metrics: dict[str, Any]) -> dict[str, Any]:
     return formatted
 
 
-class TrainerMetricsMixin(TrainerBase):
-    """The end-of-run metrics helpers of ``Trainer`` (see the module docstring for the memory keys)."""
+def print_metrics(split: str, metrics: dict[str, Any]) -> None:
+    """``Trainer.log_metrics``: ``metrics`` of ``split`` as an aligned table, keys sorted."""
+    print(f"***** {split} metrics *****")
+    formatted = metrics_format(metrics)
+    if not formatted:
+        return
+    key_width = max(len(str(key)) for key in formatted)
+    value_width = max(len(str(value)) for value in formatted.values())
+    for key in sorted(formatted):
+        print(f"  {key: <{key_width}} = {formatted[key]:>{value_width}}")
 
-    def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:
-        """``metrics`` formatted for reading (see `metrics_format`)."""
-        return metrics_format(metrics)
 
-    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
-        """Print ``metrics`` of ``split`` ("train", "eval", "test") as an aligned table, keys sorted.
-
-        Only on the world-zero process. The memory keys are explained in this module's docstring.
-        """
-        if not self.is_world_process_zero():
-            return
-        print(f"***** {split} metrics *****")
-        formatted = metrics_format(metrics)
-        if not formatted:
-            return
-        key_width = max(len(str(key)) for key in formatted)
-        value_width = max(len(str(value)) for value in formatted.values())
-        for key in sorted(formatted):
-            print(f"  {key: <{key_width}} = {formatted[key]:>{value_width}}")
-
-    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
-        """Write ``metrics`` (unformatted) to ``{output_dir}/{split}_results.json``; with ``combined``, also merge
-        them into ``all_results.json``. Only on the world-zero process."""
-        if not self.is_world_process_zero():
-            return
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        _write_json(os.path.join(self.args.output_dir, f"{split}_results.json"), metrics)
-        if combined:
-            path = os.path.join(self.args.output_dir, "all_results.json")
-            merged: dict[str, Any] = {}
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    merged = json.load(f)
-            merged.update(metrics)
-            _write_json(path, merged)
+def write_metrics(output_dir: str, split: str, metrics: dict[str, Any], combined: bool) -> None:
+    """``Trainer.save_metrics``: ``{split}_results.json`` (and merged into ``all_results.json``)."""
+    os.makedirs(output_dir, exist_ok=True)
+    _write_json(os.path.join(output_dir, f"{split}_results.json"), metrics)
+    if combined:
+        path = os.path.join(output_dir, "all_results.json")
+        merged: dict[str, Any] = {}
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                merged = json.load(f)
+        merged.update(metrics)
+        _write_json(path, merged)
 
 
 def _write_json(path: str, data: dict[str, Any]) -> None:

@@ -1,77 +1,92 @@
-"""The Trainer's optimizer and scheduler methods, with transformers' signatures."""
+"""``OptimizerSetup`` (``trainer.optim``): the optimizer and scheduler the Trainer's methods create.
+
+``Trainer.create_optimizer`` / ``create_scheduler`` keep transformers' signatures (users override them)
+and call this part, which builds from ``args.optim`` and ``args.lr_scheduler_type`` through
+:mod:`hf_lightning.optim`, and remembers whether the scheduler is its own (a scheduler it created
+for one ``train()`` is created again for the next one, sized to that run).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
-from hf_lightning.trainer.base import TrainerBase
 
-__all__ = ["TrainerOptimMixin"]
+if TYPE_CHECKING:
+    from hf_lightning.trainer.trainer import Trainer
+
+__all__ = ["OptimizerSetup"]
 
 
-class TrainerOptimMixin(TrainerBase):
-    """``create_optimizer``, ``create_scheduler`` and the helpers around them."""
+class OptimizerSetup:
+    """Creates the optimizer and scheduler unless the user passed them; answers questions about them."""
 
-    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
-        """Create the optimizer and the scheduler unless the user passed them (``optimizers=``)."""
-        self.create_optimizer()
-        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.created_lr_scheduler = False
+        """Whether ``trainer.lr_scheduler`` was created here (not passed with ``optimizers=``)."""
+
+    def forget_created_scheduler(self) -> None:
+        """Drop a scheduler created for an earlier ``train()``, so this run creates its own."""
+        if self.created_lr_scheduler:
+            self.trainer.lr_scheduler, self.created_lr_scheduler = None, False
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
-        """The optimizer of ``args.optim`` over two groups: with and without weight decay."""
-        if self.optimizer is None:
-            target = model if model is not None else self.model
-            self.optimizer = _optim.create_optimizer(target, self.args, self.optimizer_cls_and_kwargs)
-        return self.optimizer
+        """``Trainer.create_optimizer``: the optimizer of ``args.optim`` (two weight-decay groups)."""
+        t = self.trainer
+        if t.optimizer is None:
+            target = model if model is not None else t.model
+            t.optimizer = _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
+        return t.optimizer
 
     def create_scheduler(
         self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
     ) -> Any:
-        """The scheduler of ``args.lr_scheduler_type`` for ``num_training_steps`` optimizer steps."""
-        if self.lr_scheduler is None:
-            self.lr_scheduler = _optim.get_scheduler(
-                self.args.lr_scheduler_type,
-                optimizer=self.optimizer if optimizer is None else optimizer,
-                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+        """``Trainer.create_scheduler``: the scheduler of ``args.lr_scheduler_type``."""
+        t = self.trainer
+        if t.lr_scheduler is None:
+            t.lr_scheduler = _optim.get_scheduler(
+                t.args.lr_scheduler_type,
+                optimizer=t.optimizer if optimizer is None else optimizer,
+                num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
                 num_training_steps=num_training_steps,
-                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs or {},
+                scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
             )
-            self._created_lr_scheduler = True
-        return self.lr_scheduler
+            self.created_lr_scheduler = True
+        return t.lr_scheduler
 
-    @staticmethod
-    def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> tuple[Any, dict[str, Any]]:
-        """The optimizer class and its keyword arguments for ``args.optim`` and ``args.optim_args``."""
-        return _optim.get_optimizer_cls_and_kwargs(args, model)
-
-    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
-        """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
-        return _optim.get_decay_parameter_names(model)
-
-    def get_learning_rates(self) -> list[float]:
-        """The learning rate of each parameter group."""
-        if self.optimizer is None:
+    def _optimizer(self) -> torch.optim.Optimizer:
+        optimizer = self.trainer.optimizer
+        if optimizer is None:
             raise ValueError(
                 "Trainer optimizer is None, please make sure you have setup the optimizer before."
             )
-        return [group["lr"] for group in self.optimizer.param_groups]
+        return optimizer
 
-    def get_optimizer_group(self, param: str | torch.nn.Parameter | None = None) -> Any:
-        """The parameter group holding ``param``, or every group's parameters when None."""
-        if self.optimizer is None:
-            raise ValueError(
-                "Trainer optimizer is None, please make sure you have setup the optimizer before."
-            )
+    def learning_rates(self) -> list[float]:
+        """``Trainer.get_learning_rates``: the learning rate of each parameter group."""
+        return [group["lr"] for group in self._optimizer().param_groups]
+
+    def optimizer_group(self, param: str | torch.nn.Parameter | None = None) -> Any:
+        """``Trainer.get_optimizer_group``: the group holding ``param``, or every group's parameters."""
+        groups = self._optimizer().param_groups
         if param is not None:
-            for group in self.optimizer.param_groups:
+            for group in groups:
                 if any(p is param for p in group["params"]):
                     return group
-        return [group["params"] for group in self.optimizer.param_groups]
+        return [group["params"] for group in groups]
 
-    def get_num_trainable_parameters(self) -> int:
-        """The number of parameters that require gradients."""
-        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+    def learning_rate(self) -> float:
+        """``Trainer._get_learning_rate``: the scheduler's last rate, else the first group's."""
+        t = self.trainer
+        scheduler = t.lr_scheduler
+        if (
+            scheduler is None
+            or isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+            or not hasattr(scheduler, "get_last_lr")
+        ):
+            return float(t.optimizer.param_groups[0]["lr"])
+        return float(scheduler.get_last_lr()[0])

@@ -6,7 +6,7 @@ BLEU, ...). ``generation_max_length``, ``generation_num_beams`` and ``**gen_kwar
 ``evaluate``/``predict`` control the generation; ``generation_config`` replaces the model's
 ``GenerationConfig``.
 
-Two documented behaviours where transformers 5.24 differs (DESIGN.md, divergence 3):
+Two documented behaviours where transformers 5.24 differs (docs/divergences.md):
 
 - the evaluation loss is the mean over samples, like ``Trainer.evaluate``: a final partial batch
   weighs as many samples as it holds (transformers counts it as a full batch);
@@ -65,6 +65,8 @@ class Seq2SeqTrainer(Trainer):
             optimizer_cls_and_kwargs=optimizer_cls_and_kwargs,
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
+        self._gen_kwargs: dict[str, Any] = {}
+        """The generation settings of the running ``evaluate`` / ``predict`` call."""
         config = getattr(self.args, "generation_config", None)
         if config is not None:
             self.model.generation_config = self.load_generation_config(config)
@@ -155,7 +157,7 @@ class Seq2SeqTrainer(Trainer):
         has_labels = "labels" in inputs
         inputs = self._prepare_inputs(inputs)
         if not gen_kwargs:
-            gen_kwargs = dict(getattr(self, "_gen_kwargs", {}))
+            gen_kwargs = dict(self._gen_kwargs)
         for key in ("num_beams", "max_length"):
             if key in gen_kwargs and gen_kwargs[key] is None:
                 gen_kwargs.pop(key)
@@ -173,7 +175,7 @@ class Seq2SeqTrainer(Trainer):
                 k: v for k, v in inputs.items() if k not in ("decoder_input_ids", "decoder_attention_mask")
             }
         with torch.no_grad():
-            generated = self.model.generate(**generation_inputs, **gen_kwargs)
+            generated = cast(Any, self.model).generate(**generation_inputs, **gen_kwargs)
         config = getattr(self.model, "generation_config", None)
         if getattr(config, "_from_model_config", False):
             # later saves keep the generation config, as in transformers (config is set: the flag was read)

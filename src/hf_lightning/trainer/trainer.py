@@ -1,22 +1,38 @@
 """``Trainer``: transformers' Trainer API, carried out on PyTorch Lightning.
 
 This is the facade: it keeps transformers' constructor, attributes and overridable methods, and
-delegates the loop itself to ``hf_lightning.adapters`` (``HFModule`` fitted by a
-``lightning.Trainer``). Each group of methods lives in a mixin of its own file:
-optimizers (``trainer_optim``), data (``trainer_data``), logging and the step bookkeeping
-(``trainer_logging``), evaluation (``trainer_eval``) and checkpoints (``trainer_checkpoint``).
+delegates the loop itself to ``hf_lightning.adapters`` (``HFModule`` fitted by a ``lightning.Trainer``).
+The work is done by named parts the Trainer owns, each in its own file and owning its state; a part
+calls the Trainer's overridable methods through the Trainer, so a user's override runs::
+
+    trainer.launcher     TrainLauncher      train.py          train(), the run-length arithmetic, NEFTune
+    trainer.steps        BatchSteps         steps.py          training_step, compute_loss: one micro-batch
+    trainer.run          TrainingRun        run.py            one train()'s loss sum, logged step, clock;
+                                                              log / evaluate / save after each step
+    trainer.optim        OptimizerSetup     optim.py          optimizer and scheduler creation
+    trainer.loaders      DataLoaderBuilder  data.py           train / eval / test DataLoaders, samplers
+    trainer.evaluator    Evaluator          evaluation.py     evaluate, predict, best metric
+    trainer.eval_loop    EvaluationLoop     eval_loop.py      the loop over evaluation batches
+    trainer.checkpoints  CheckpointPolicy   checkpointing.py  save, resume, best model, rotation
+    trainer.search       SearchRunner       hpsearch.py       hyperparameter_search and its trials
+
+Most of transformers' methods are one line here: ``name = delegate("part", Part.method)`` (see
+``delegation.py``): same signature and docstring, overridable as any method. The engine
+(``hf_lightning.adapters``) sees only the public surface typed by
+``hf_lightning.adapters.protocols.TrainerFacade``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
 from torch import nn
 
+from hf_lightning import optim as _optim
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.callbacks import (
     CallbackHandler,
@@ -29,39 +45,37 @@ from hf_lightning.callbacks import (
     TrainerState,
 )
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
-from hf_lightning.loss import LossSettings, compute_model_loss, loss_shifts_labels, model_accepts_loss_kwargs
-from hf_lightning.trainer.checkpointing import TrainerCheckpointMixin
-from hf_lightning.trainer.data import TrainerDataMixin
-from hf_lightning.trainer.evaluation import TrainerEvalMixin
-from hf_lightning.trainer.hpsearch import TrainerHPSearchMixin
-from hf_lightning.trainer.logs import TrainerLoggingMixin
-from hf_lightning.trainer.optim import TrainerOptimMixin
-from hf_lightning.trainer.train import TrainerTrainMixin
-from hf_lightning.trainer_utils import (
-    TrainerMemoryTracker,
-    enable_full_determinism,
-    ensure_training_mode,
-    set_seed,
-)
+from hf_lightning.loss import loss_shifts_labels, model_accepts_loss_kwargs
+from hf_lightning.trainer import metrics as _metrics
+from hf_lightning.trainer import model_card as _model_card
+from hf_lightning.trainer.checkpointing import CheckpointPolicy
+from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
+from hf_lightning.trainer.delegation import delegate
+from hf_lightning.trainer.eval_loop import EvaluationLoop
+from hf_lightning.trainer.evaluation import Evaluator
+from hf_lightning.trainer.hpsearch import SearchRunner
+from hf_lightning.trainer.optim import OptimizerSetup
+from hf_lightning.trainer.run import TrainingRun
+from hf_lightning.trainer.steps import BatchSteps, to_device
+from hf_lightning.trainer.train import TrainLauncher
+from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 
 __all__ = ["Trainer"]
 
 logger = logging.getLogger(__name__)
 
 
-class Trainer(
-    TrainerHPSearchMixin,
-    TrainerTrainMixin,
-    TrainerOptimMixin,
-    TrainerDataMixin,
-    TrainerLoggingMixin,
-    TrainerEvalMixin,
-    TrainerCheckpointMixin,
-):
+class Trainer:
     """Train, evaluate and predict with an HF-convention model, on Lightning.
 
     The constructor takes transformers' arguments, with the same meaning and defaults.
     """
+
+    state: TrainerState
+    control: TrainerControl
+    jit_kill_wait: float = 3.0
+    """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
+    grace period the log reports."""
 
     def __init__(
         self,
@@ -83,6 +97,7 @@ class Trainer(
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        self._build_parts()
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
@@ -112,9 +127,30 @@ class Trainer(
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
+        self._init_callbacks(callbacks)
+        self._init_bookkeeping()
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
+            self.model.config.use_cache = args.use_cache
+        self._memory_tracker.stop_and_update_metrics()
+
+    def _build_parts(self) -> None:
+        """The named parts (see the module docstring), each with fresh state."""
+        self.launcher = TrainLauncher(self)
+        self.steps = BatchSteps(self)
+        self.run = TrainingRun(self)
+        self.optim = OptimizerSetup(self)
+        self.loaders = DataLoaderBuilder(self)
+        self.evaluator = Evaluator(self)
+        self.eval_loop = EvaluationLoop(self)
+        self.checkpoints = CheckpointPolicy(self)
+        self.search = SearchRunner(self)
+
+    def _init_callbacks(self, callbacks: list[TrainerCallback] | None) -> None:
+        """``DefaultFlowCallback``, the report_to callbacks, the user's callbacks, then the progress bar."""
         from hf_lightning.adapters.callbacks.reporting import reporting_callbacks
 
-        default_callbacks: list[Any] = [DefaultFlowCallback, *reporting_callbacks(args)]  # report_to
+        default_callbacks: list[Any] = [DefaultFlowCallback, *reporting_callbacks(self.args)]
         self.callback_handler = CallbackHandler(
             default_callbacks + list(callbacks or []),
             self.model,
@@ -122,12 +158,7 @@ class Trainer(
             self.optimizer,
             self.lr_scheduler,
         )
-        self.add_callback(PrinterCallback if args.disable_tqdm else ProgressCallback)
-        self._init_bookkeeping()
-        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
-        if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
-            self.model.config.use_cache = args.use_cache
-        self._memory_tracker.stop_and_update_metrics()
+        self.add_callback(PrinterCallback if self.args.disable_tqdm else ProgressCallback)
 
     def _default_collator(self) -> Callable:
         if self.processing_class is not None and hasattr(self.processing_class, "pad"):
@@ -136,14 +167,12 @@ class Trainer(
 
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
-        from hf_lightning.trainer.data import find_labels
-
         model = self.model
-        self.model_accepts_loss_kwargs = model_accepts_loss_kwargs(model)
-        self.loss_shifts_labels = loss_shifts_labels(model)
+        self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
+        self.loss_shifts_labels: bool = loss_shifts_labels(model)
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
         self.loss_is_scaled_for_ga: bool | None = None
-        self.current_gradient_accumulation_steps = 1
+        self.current_gradient_accumulation_steps: int = 1
 
     def _init_bookkeeping(self) -> None:
         self.control = TrainerControl()
@@ -157,16 +186,15 @@ class Trainer(
             ],
         )
         self.is_in_train = False
-        self.hp_name = None
-        self.hp_search_backend = None
-        self.current_flos = 0
-        self._train_batch_size = self.args.train_batch_size
-        self._created_lr_scheduler = False
-        self._signature_columns = None
-        self._tr_loss = torch.tensor(0.0)
-        self._total_loss_scalar = 0.0
-        self._globalstep_last_logged = 0
-        self._initial_num_input_tokens_seen = 0
+        self.current_flos: float = 0
+        self._train_batch_size: int = self.args.train_batch_size
+        # transformers' search attributes (the search's own bookkeeping is trainer.search)
+        self.hp_name: Callable[[Any], str] | None = None
+        self.hp_search_backend: Any = None
+        self.hp_space: Callable[[Any], dict[str, Any]] | None = None
+        self.compute_objective: Callable[[dict[str, float]], Any] | None = None
+        self.objective: Any = None
+        self._trial: Any = None
 
     # --- model_init and callbacks ----------------------------------------------------------
     def call_model_init(self, trial: Any = None) -> nn.Module:
@@ -174,81 +202,55 @@ class Trainer(
         from hf_lightning.trainer_utils import number_of_arguments
 
         n_args = number_of_arguments(self.model_init)
-        if n_args == 0:
-            model = cast(Callable[..., nn.Module], self.model_init)()  # None fails in number_of_arguments
-        elif n_args == 1:
-            model = cast(Callable[..., nn.Module], self.model_init)(trial)
-        else:
+        init = cast(Callable[..., nn.Module], self.model_init)  # None fails in number_of_arguments
+        if n_args not in (0, 1):
             raise RuntimeError("model_init should have 0 or 1 argument.")
+        model = init() if n_args == 0 else init(trial)
         if model is None:
             raise RuntimeError("model_init should not return None.")
         return model
 
-    def add_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
-        """Add a callback (a class is instantiated) to the current list."""
-        self.callback_handler.add_callback(callback)
+    add_callback = delegate("callback_handler", CallbackHandler.add_callback)
+    pop_callback = delegate("callback_handler", CallbackHandler.pop_callback)
+    remove_callback = delegate("callback_handler", CallbackHandler.remove_callback)
 
-    def pop_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> TrainerCallback | None:
-        """Remove a callback and return it (the first of that class when a class is given)."""
-        return self.callback_handler.pop_callback(callback)
-
-    def remove_callback(self, callback: type[TrainerCallback] | TrainerCallback) -> None:
-        """Remove a callback (the first of that class when a class is given)."""
-        self.callback_handler.remove_callback(callback)
-
-    # --- the per-batch work users override -------------------------------------------------
-    def training_step(
-        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
-    ) -> torch.Tensor:
-        """Forward and backward on one micro-batch; returns the detached loss for logging."""
-        ensure_training_mode(model)  # model.train(), without the walk when nothing would change
-        inputs = self._prepare_inputs(inputs)
-        with self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        del inputs
-        steps = self.args.torch_empty_cache_steps
-        if steps is not None and self.state.global_step % steps == 0 and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        if self.loss_is_scaled_for_ga is not None:
-            scaled = self.loss_is_scaled_for_ga
-        else:
-            scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
-                self.compute_loss_func is not None
-            )
-        if not scaled:
-            loss = loss / self.current_gradient_accumulation_steps
-        self.accelerator.backward(loss)
-        return loss.detach()
-
-    def compute_loss(
+    # --- training: trainer.launcher, trainer.run ----------------------------------------------
+    def train(
         self,
-        model: nn.Module,
-        inputs: dict[str, Any],
-        return_outputs: bool = False,
-        num_items_in_batch: torch.Tensor | int | None = None,
-    ) -> Any:
-        """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
-        settings = LossSettings(
-            accepts_loss_kwargs=self.model_accepts_loss_kwargs,
-            shift_labels=self.loss_shifts_labels,
-            label_smoother=self._label_smoother(),
-            compute_loss_func=self.compute_loss_func,
-            average_tokens_across_devices=self.args.average_tokens_across_devices,
-            world_size=self.accelerator.num_processes,
-        )
-        return compute_model_loss(
-            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
-        )
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+        **kwargs: Any,
+    ) -> TrainOutput:
+        """Train the model; resume from a checkpoint folder (or the newest one when True)."""
+        if kwargs:
+            raise TypeError(f"train() got unexpected keyword arguments: {', '.join(kwargs)}.")
+        return self.launcher.launch(resume_from_checkpoint, trial, ignore_keys_for_eval)
 
-    def _label_smoother(self) -> Any:
-        from hf_lightning.loss import LabelSmoother
+    _inner_training_loop = delegate("launcher", TrainLauncher.inner_loop)
+    set_initial_training_values = delegate("launcher", TrainLauncher.initial_training_values)
+    num_examples = delegate("launcher", TrainLauncher.num_examples)
+    _get_output_dir = delegate("launcher", TrainLauncher.output_dir)
+    _activate_neftune = delegate("launcher", TrainLauncher.activate_neftune)
+    _deactivate_neftune = delegate("launcher", TrainLauncher.deactivate_neftune)
+    log = delegate("run", TrainingRun.log)
+    _maybe_log_save_evaluate = delegate("run", TrainingRun.maybe_log_save_evaluate)
+    floating_point_ops = delegate("run", TrainingRun.floating_point_ops)
+    store_flos = delegate("run", TrainingRun.store_flos)
 
-        factor = self.args.label_smoothing_factor
-        if not factor:
-            return None
-        if getattr(getattr(self.model, "config", None), "problem_type", None) == "multi_label_classification":
-            return None
-        return LabelSmoother(epsilon=factor)
+    def get_total_train_batch_size(self, args: Any) -> int:
+        """per-device batch × gradient accumulation × data-parallel world size."""
+        return self._train_batch_size * args.gradient_accumulation_steps * max(args.world_size, 1)
+
+    def end(self) -> None:
+        """Release what training held (loggers are finalised after each fit)."""
+        self.accelerator.bind(None)
+
+    # --- the per-batch work users override: trainer.steps -----------------------------------
+    training_step = delegate("steps", BatchSteps.training_step)
+    compute_loss = delegate("steps", BatchSteps.compute_loss)
+    _label_smoother = delegate("steps", BatchSteps.label_smoother)
+    get_batch_samples = delegate("steps", BatchSteps.batch_samples)
 
     def compute_loss_context_manager(self) -> contextlib.ExitStack:
         """The context ``compute_loss`` runs in (autocast is Lightning's precision plugin's job)."""
@@ -266,32 +268,86 @@ class Trainer(
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Move ``inputs`` to the model's device (Lightning has usually done it already)."""
-        device = self.accelerator.device
-        return _to_device(inputs, device)
+        return to_device(inputs, self.accelerator.device)
 
-    def get_batch_samples(
-        self, epoch_iterator: Any, num_batches: int, device: Any = None
-    ) -> tuple[list, Any]:
-        """Take up to ``num_batches`` micro-batches and count their target tokens (``num_items_in_batch``).
+    # --- optimizer and scheduler: trainer.optim -----------------------------------------------
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        """Create the optimizer and the scheduler unless the user passed them (``optimizers=``)."""
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
 
-        The Lightning module does this once per window (``AccumulationWindows``); this method is the
-        same computation for code that drives batches itself.
-        """
-        from hf_lightning.loss import count_items_in_batch
+    create_optimizer = delegate("optim", OptimizerSetup.create_optimizer)
+    create_scheduler = delegate("optim", OptimizerSetup.create_scheduler)
+    get_learning_rates = delegate("optim", OptimizerSetup.learning_rates)
+    get_optimizer_group = delegate("optim", OptimizerSetup.optimizer_group)
+    _get_learning_rate = delegate("optim", OptimizerSetup.learning_rate)
 
-        batches = []
-        for _ in range(num_batches):
-            try:
-                batches.append(next(epoch_iterator))
-            except StopIteration:
-                break
-        if not (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
-            return batches, None
-        count = count_items_in_batch(batches, shift_labels=self.loss_shifts_labels)
-        if count is not None and self.args.average_tokens_across_devices:
-            count = self.accelerator.reduce(count, "sum")
-        return batches, count if count is None or device is None else count.to(device)
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> tuple[Any, dict[str, Any]]:
+        """The optimizer class and its keyword arguments for ``args.optim`` and ``args.optim_args``."""
+        return _optim.get_optimizer_cls_and_kwargs(args, model)
 
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        return _optim.get_decay_parameter_names(model)
+
+    def get_num_trainable_parameters(self) -> int:
+        """The number of parameters that require gradients."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    # --- data: trainer.loaders ----------------------------------------------------------------
+    get_train_dataloader = delegate("loaders", DataLoaderBuilder.train_dataloader)
+    get_eval_dataloader = delegate("loaders", DataLoaderBuilder.eval_dataloader)
+    get_test_dataloader = delegate("loaders", DataLoaderBuilder.test_dataloader)
+    _get_dataloader = delegate("loaders", DataLoaderBuilder.build)
+    _get_train_sampler = delegate("loaders", DataLoaderBuilder.train_sampler)
+    _get_eval_sampler = delegate("loaders", DataLoaderBuilder.eval_sampler)
+
+    # --- evaluation and prediction: trainer.evaluator, trainer.eval_loop ----------------------
+    evaluate = delegate("evaluator", Evaluator.evaluate)
+    predict = delegate("evaluator", Evaluator.predict)
+    _evaluate = delegate("evaluator", Evaluator.evaluate_in_training)
+    _determine_best_metric = delegate("evaluator", Evaluator.determine_best_metric)
+    evaluation_loop = delegate("eval_loop", EvaluationLoop.run)
+    prediction_step = delegate("eval_loop", EvaluationLoop.predict_step)
+
+    def _predictions_padding_index(self) -> int:
+        """The value that pads predictions of different lengths (-100; Seq2SeqTrainer: the pad token)."""
+        return -100
+
+    def metrics_format(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` formatted for reading (memory in MB, runtimes as H:MM:SS.cc, floats rounded)."""
+        return _metrics.metrics_format(metrics)
+
+    def log_metrics(self, split: str, metrics: dict[str, Any]) -> None:
+        """Print ``metrics`` of ``split`` as an aligned table, keys sorted (world-zero process only; the
+        memory keys are explained in ``hf_lightning.trainer.metrics``)."""
+        if self.is_world_process_zero():
+            _metrics.print_metrics(split, metrics)
+
+    def save_metrics(self, split: str, metrics: dict[str, Any], combined: bool = True) -> None:
+        """Write ``metrics`` (unformatted) to ``{output_dir}/{split}_results.json``; with ``combined``, also
+        merge them into ``all_results.json``. Only on the world-zero process."""
+        if self.is_world_process_zero():
+            _metrics.write_metrics(str(self.args.output_dir), split, metrics, combined)
+
+    # --- checkpoints: trainer.checkpoints -----------------------------------------------------
+    save_model = delegate("checkpoints", CheckpointPolicy.save_model)
+    save_state = delegate("checkpoints", CheckpointPolicy.save_state)
+    _save_checkpoint = delegate("checkpoints", CheckpointPolicy.save)
+    _load_from_checkpoint = delegate("checkpoints", CheckpointPolicy.load_from_checkpoint)
+    _load_optimizer_and_scheduler = delegate("checkpoints", CheckpointPolicy.load_optimizer_and_scheduler)
+    _load_rng_state = delegate("checkpoints", CheckpointPolicy.load_rng_state)
+    _load_callback_state = delegate("checkpoints", CheckpointPolicy.load_callback_state)
+    _load_best_model = delegate("checkpoints", CheckpointPolicy.load_best_model)
+
+    # --- hyperparameter search: trainer.search ------------------------------------------------
+    hyperparameter_search = delegate("search", SearchRunner.run)
+    _hp_search_setup = delegate("search", SearchRunner.setup_trial)
+    _report_to_hp_search = delegate("search", SearchRunner.report)
+    _tune_save_checkpoint = delegate("search", SearchRunner.save_tune_checkpoint)
+
+    # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
         """(Re)create ``self.accelerator``: the Lightning-backed shim bound to the module during train()."""
         from hf_lightning.adapters.accelerator import LightningAccelerator
@@ -318,13 +374,8 @@ class Trainer(
     def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
         raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")
 
-    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
-        """Write a draft model card, ``README.md`` in ``output_dir`` (main process only; docs/logging.md)."""
-        from hf_lightning.trainer.model_card import create_model_card
+    create_model_card = _model_card.create_model_card
 
-        create_model_card(self, *args, **kwargs)
-
-    # --- processes -------------------------------------------------------------------------
     def is_local_process_zero(self) -> bool:
         """Whether this process is the main one on its machine."""
         return self.args.local_process_index == 0
@@ -332,13 +383,3 @@ class Trainer(
     def is_world_process_zero(self) -> bool:
         """Whether this process is the main one across all machines."""
         return self.args.process_index == 0
-
-
-def _to_device(data: Any, device: torch.device) -> Any:
-    if isinstance(data, Mapping):  # dict, or a mapping such as BatchEncoding
-        return cast(Any, type(data))({k: _to_device(v, device) for k, v in data.items()})
-    if isinstance(data, (list, tuple)):
-        return type(data)(_to_device(v, device) for v in data)
-    if isinstance(data, torch.Tensor) and data.device != device:
-        return data.to(device)
-    return data

@@ -1,7 +1,9 @@
-"""The HF side of the training loop: state, callback events and logging around each optimizer step.
+"""The HF-event bridge: ``TrainerState``, callback events and logging around each optimizer step.
 
-``HFModule`` (Lightning) calls this driver at the points below; the driver keeps
-``TrainerState`` and fires the ``TrainerCallback`` events in transformers' order::
+``HFModule`` (Lightning) calls this driver at the points below; the driver keeps the facade's
+``TrainerState`` and fires the ``TrainerCallback`` events in transformers' order. It talks to the
+``hf_lightning.Trainer`` only through the public surface typed by
+``hf_lightning.adapters.protocols.TrainerFacade`` (the bookkeeping of the run is ``trainer.run``)::
 
     on_train_begin                                  # Lightning on_train_start
     (eval_on_start: evaluate)
@@ -14,16 +16,16 @@
             scheduler.step(); global_step += 1
             on_step_end; maybe log / evaluate / save
         on_epoch_end; maybe log / evaluate / save   # Lightning on_train_epoch_end
-    on_train_end                                    # after fit, in Trainer._finalize_training
+    on_train_end                                    # after fit, once the final metrics are logged
 """
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 import torch
+
+from hf_lightning.adapters.protocols import TrainerFacade
 
 __all__ = ["BRIDGED_EVENTS", "TrainLoopDriver"]
 
@@ -41,9 +43,9 @@ BRIDGED_EVENTS: dict[str, str] = {
     "on_evaluate": "Trainer.evaluate",
     "on_prediction_step": "Trainer.evaluation_loop, after each batch",
     "on_predict": "Trainer.predict",
-    "on_save": "Trainer._maybe_log_save_evaluate, after a checkpoint",
+    "on_save": "Trainer._maybe_log_save_evaluate (via TrainingRun.log_save_evaluate), after a checkpoint",
     "on_epoch_end": "HFModule.on_train_epoch_end -> TrainLoopDriver.on_epoch_end",
-    "on_train_end": "Trainer._finalize_training, after the final metrics",
+    "on_train_end": "Trainer._inner_training_loop (TrainLauncher), after the final metrics",
     "on_push_begin": "not fired: pushing to the Hub is not supported yet (push_to_hub raises)",
 }
 
@@ -56,25 +58,25 @@ class TrainLoopDriver:
 
     def __init__(
         self,
-        trainer: Any,
+        trainer: TrainerFacade,
         *,
         steps_in_epoch: int,
         epochs_trained: int,
-        trial: Any,
-        ignore_keys_for_eval: list[str] | None,
         steps_trained_in_current_epoch: int = 0,
     ) -> None:
         self.trainer = trainer
         self.steps_in_epoch = steps_in_epoch
         self.epochs_trained = epochs_trained
-        self.trial = trial
-        self.ignore_keys_for_eval = ignore_keys_for_eval
-        self._first_epoch_skip = steps_trained_in_current_epoch
+        self.first_epoch_skip = steps_trained_in_current_epoch
         self.step = -1
         self.grad_norm: float | None = None
         self.learning_rate: float | None = None
-        self.start_time = time.time()
         self.module: Any = None
+
+    @property
+    def trial(self) -> Any:
+        """The search trial of this run (None outside a hyperparameter search)."""
+        return self.trainer.run.trial
 
     def bind(self, module: Any) -> None:
         self.module = module
@@ -88,18 +90,9 @@ class TrainLoopDriver:
     def epoch(self) -> int:
         return self.epochs_trained + self.module.current_epoch
 
-    def _maybe_log_save_evaluate(self) -> None:
+    def _log_save_evaluate(self, grad_norm: float | None, learning_rate: float | None) -> None:
         t = self.trainer
-        t._maybe_log_save_evaluate(
-            t._tr_loss,
-            self.grad_norm,
-            t.model,
-            self.trial,
-            self.epoch,
-            self.ignore_keys_for_eval,
-            self.start_time,
-            learning_rate=self.learning_rate,
-        )
+        t.run.log_save_evaluate(grad_norm, self.epoch, learning_rate)
         if t.control.should_training_stop:
             self.module.trainer.should_stop = True
 
@@ -107,22 +100,21 @@ class TrainLoopDriver:
     def on_train_begin(self) -> None:
         t = self.trainer
         t.model.zero_grad()
-        self.start_time = time.time()
-        t._train_start_time = self.start_time
+        t.run.start()
         for attr in ("model", "optimizer", "lr_scheduler"):
             setattr(t.callback_handler, attr, getattr(t, attr))
         self._event("on_train_begin")
         if t.args.eval_on_start:
-            t._evaluate(self.trial, self.ignore_keys_for_eval, skip_scheduler=True)
+            t.run.evaluate_on_start()
 
     def on_epoch_begin(self) -> None:
         self.step = -1
-        skipping = self._first_epoch_skip > 0
-        if self._first_epoch_skip:
-            self.step = self._first_epoch_skip - 1
-            self._first_epoch_skip = 0
+        skipping = self.first_epoch_skip > 0
+        if self.first_epoch_skip:
+            self.step = self.first_epoch_skip - 1
+            self.first_epoch_skip = 0
         self._event("on_epoch_begin")
-        self.trainer._on_resume_point("epoch", skipping=skipping)  # RNG restore (trainer_checkpoint)
+        self.trainer.run.on_resume_point("epoch", skipping=skipping)  # RNG restore of a resumed run
         # Lightning counts the epochs of this fit only; a resumed run's data order needs the run's epoch.
         loader: Any = getattr(self.module.trainer, "train_dataloader", None)
         if callable(getattr(loader, "set_epoch", None)):
@@ -134,18 +126,12 @@ class TrainLoopDriver:
         return t.training_step(model, inputs, num_items_in_batch)
 
     def on_step_begin(self) -> None:
-        self.trainer._on_resume_point("step")
+        self.trainer.run.on_resume_point("step")
         self._event("on_step_begin")
 
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
-        t = self.trainer
         self.step += 1
-        if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
-            t._tr_loss += t._tr_loss / (1 + t.state.global_step - t._globalstep_last_logged)
-        else:
-            t._tr_loss += loss.to(t._tr_loss.device)
-        t.current_flos += float(t.floating_point_ops(inputs))
-        t._track_num_input_tokens(inputs)
+        self.trainer.run.add_micro_batch(inputs, loss)
 
     def on_substep_end(self) -> None:
         self._event("on_substep_end")
@@ -158,11 +144,11 @@ class TrainLoopDriver:
 
     def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None:
         t = self.trainer
-        self.grad_norm, self.learning_rate = grad_norm, learning_rate
         t.state.global_step += 1
         t.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
+        self.grad_norm, self.learning_rate = grad_norm, learning_rate
         self._event("on_step_end")
-        self._maybe_log_save_evaluate()
+        self._log_save_evaluate(grad_norm, learning_rate)
 
     def should_stop_epoch(self) -> bool:
         control = self.trainer.control
@@ -173,7 +159,7 @@ class TrainLoopDriver:
         if self.step < 0:
             t.control.should_training_stop = True
         self._event("on_epoch_end")
-        self._maybe_log_save_evaluate()
+        self._log_save_evaluate(self.grad_norm, self.learning_rate)
 
     def on_train_end(self) -> None:
         """Nothing here: transformers fires ``on_train_end`` after the final metrics are logged."""

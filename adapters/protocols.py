@@ -1,0 +1,117 @@
+"""The engine boundary, typed: what the adapters may call on the facade, and what a loop driver offers.
+
+The adapters never import the facade (``hf_lightning.trainer``); they receive it and type it with
+these ``Protocol``s. Every name here is public: no adapter reaches into a facade's private state.
+
+- :class:`TrainerFacade` is what ``run_fit``, the loop driver, the JIT checkpoint callback and the
+  search backends use of an ``hf_lightning.Trainer``, with its parts :class:`TrainingRunPart`
+  (the bookkeeping of one ``train()`` call), :class:`CheckpointPart` and :class:`SearchPart`.
+- :class:`LoopDriver` is what ``HFModule`` calls at each point of the Lightning loop
+  (``StandaloneDriver`` for a plain Lightning fit, ``TrainLoopDriver`` for the Trainer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from hf_lightning.callbacks import CallbackHandler, TrainerControl, TrainerState
+
+__all__ = ["CheckpointPart", "LoopDriver", "SearchPart", "TrainerFacade", "TrainingRunPart"]
+
+
+class TrainingRunPart(Protocol):
+    """The state of one ``train()`` call, as the loop driver moves it forward."""
+
+    trial: Any
+    start_time: float
+
+    def start(self) -> None:
+        """The loop begins: start the clock."""
+
+    def evaluate_on_start(self) -> None:
+        """``eval_on_start``: evaluate before the first step."""
+
+    def on_resume_point(self, where: str, skipping: bool = False) -> None:
+        """``where`` is "epoch" (each epoch begin) or "step" (each step begin): restore a resumed run's RNG."""
+
+    def add_micro_batch(self, inputs: Mapping[str, Any], loss: torch.Tensor) -> None:
+        """Count one micro-batch: its loss, FLOPs and input tokens."""
+
+    def log_save_evaluate(self, grad_norm: float | None, epoch: float, learning_rate: float | None) -> None:
+        """After a step or an epoch: log, evaluate and save as ``control`` asks."""
+
+
+class CheckpointPart(Protocol):
+    """The facade's checkpoint policy, as the JIT checkpoint callback uses it."""
+
+    last_save_seconds: float | None
+
+    def save_jit_checkpoint(self, trial: Any = None) -> str | None:
+        """Save the state after the last completed step and stop; None when the step was just saved."""
+
+
+class SearchPart(Protocol):
+    """The facade's hyperparameter search, as a backend drives it."""
+
+    base_args: Any
+
+    def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
+        """Train one trial; (objective, final metrics or None)."""
+
+    def clone(self, picklable: bool = False) -> TrainerFacade:
+        """A trainer for one more trial, holding none of a run's state."""
+
+    def save_tune_checkpoint(self, checkpoint_dir: str) -> str:
+        """Write ``checkpoint_dir/checkpoint-{global_step}``; returns the folder."""
+
+
+class TrainerFacade(Protocol):
+    """The public surface of ``hf_lightning.Trainer`` the engine adapters rely on."""
+
+    args: Any  # TrainingArguments
+    model: nn.Module
+    optimizer: Any
+    lr_scheduler: Any
+    compute_loss_func: Callable[..., Any] | None
+    loss_shifts_labels: bool
+    callback_handler: CallbackHandler
+    state: TrainerState
+    control: TrainerControl
+    accelerator: Any  # adapters.accelerator.LightningAccelerator
+    current_gradient_accumulation_steps: int
+    hp_space: Callable[[Any], dict[str, Any]]
+    jit_kill_wait: float
+    run: TrainingRunPart
+    checkpoints: CheckpointPart
+    search: SearchPart
+
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch; the detached loss."""
+
+
+class LoopDriver(Protocol):
+    """What ``HFModule`` calls at each point of the Lightning loop (see ``adapters/module.py``)."""
+
+    def bind(self, module: Any) -> None:
+        """Attach the ``HFModule`` being fitted."""
+
+    def training_step(self, model: nn.Module, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
+        """Forward and backward of one micro-batch; returns the detached loss."""
+
+    def on_train_begin(self) -> None: ...
+    def on_epoch_begin(self) -> None: ...
+    def on_step_begin(self) -> None: ...
+    def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None: ...
+    def on_substep_end(self) -> None: ...
+    def on_pre_optimizer_step(self) -> None: ...
+    def on_optimizer_step(self) -> None: ...
+    def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None: ...
+    def should_stop_epoch(self) -> bool: ...
+    def on_epoch_end(self) -> None: ...
+    def on_train_end(self) -> None: ...

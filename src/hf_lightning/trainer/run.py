@@ -1,0 +1,205 @@
+"""``TrainingRun``: the bookkeeping of one ``train()`` call, and the log / evaluate / save decision.
+
+The loop driver (``hf_lightning.adapters.callbacks.loop_driver``) moves a run forward through the
+public methods below; everything the user may override is called through the Trainer::
+
+    begin(trial, ignore_keys_for_eval)     # Trainer._inner_training_loop, before the fit
+    start()                                # on_train_begin: the clock starts
+    add_micro_batch(inputs, loss)          # after each micro-batch: loss sum, FLOPs, input tokens
+    log_save_evaluate(grad_norm, epoch, lr)
+        -> Trainer._maybe_log_save_evaluate(tr_loss, ...)   # overridable
+            -> maybe_log_save_evaluate: Trainer.log / _evaluate / _determine_best_metric / _save_checkpoint
+    train_loss()                           # after the fit: the mean loss per optimizer step of this call
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+
+from hf_lightning.trainer_utils import speed_metrics
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hf_lightning.trainer.trainer import Trainer
+
+__all__ = ["TrainingRun"]
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingRun:
+    """The training-loss accumulator, logged step, initial step and token count, clock of one ``train()``."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.trial: Any = None
+        self.ignore_keys_for_eval: list[str] | None = None
+        self.tr_loss = torch.tensor(0.0)
+        """The training loss summed since the last log."""
+        self.total_loss_scalar = 0.0
+        self.globalstep_last_logged = 0
+        self.initial_global_step = 0
+        self.initial_num_input_tokens_seen = 0
+        self.start_time = time.time()
+        self.started = False
+        """Whether a training loop ever started on this Trainer (the engine prepared the model)."""
+        self._non_embedding_params: tuple[nn.Module, int] | None = None
+
+    # --- the run's life ------------------------------------------------------------------------
+    def begin(self, trial: Any, ignore_keys_for_eval: list[str] | None) -> None:
+        """Reset the counters for a training loop starting at ``state.global_step``."""
+        state = self.trainer.state
+        self.trial, self.ignore_keys_for_eval = trial, ignore_keys_for_eval
+        self.initial_num_input_tokens_seen = state.num_input_tokens_seen
+        self.initial_global_step = state.global_step
+        self.tr_loss = torch.tensor(0.0)
+        self.total_loss_scalar = 0.0
+        self.globalstep_last_logged = state.global_step
+        self.start_time = time.time()
+
+    def start(self) -> None:
+        """The engine's loop begins (``on_train_begin``): start the clock."""
+        self.start_time = time.time()
+        self.started = True
+
+    def evaluate_on_start(self) -> None:
+        """``eval_on_start``: evaluate before the first step (the scheduler is not stepped)."""
+        self.trainer._evaluate(self.trial, self.ignore_keys_for_eval, skip_scheduler=True)
+
+    def on_resume_point(self, where: str, skipping: bool = False) -> None:
+        """At each epoch begin ("epoch") and step begin ("step"): restore a resumed run's RNG and scaler."""
+        self.trainer.checkpoints.on_resume_point(where, skipping=skipping)
+
+    def add_micro_batch(self, inputs: dict[str, Any], loss: torch.Tensor) -> None:
+        """Add one micro-batch's loss (NaN/inf replaced by the running mean), FLOPs and input tokens."""
+        t = self.trainer
+        if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
+            self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
+        else:
+            self.tr_loss += loss.to(self.tr_loss.device)
+        t.current_flos += float(t.floating_point_ops(inputs))
+        self.track_input_tokens(inputs)
+
+    def log_save_evaluate(self, grad_norm: float | None, epoch: float, learning_rate: float | None) -> None:
+        """After a step or an epoch: the Trainer's ``_maybe_log_save_evaluate`` with this run's values."""
+        t = self.trainer
+        t._maybe_log_save_evaluate(
+            self.tr_loss,
+            grad_norm,
+            t.model,
+            self.trial,
+            epoch,
+            self.ignore_keys_for_eval,
+            self.start_time,
+            learning_rate=learning_rate,
+        )
+
+    def train_loss(self) -> tuple[float, int]:
+        """(mean training loss per optimizer step of this call, steps run), once the fit ended."""
+        self.total_loss_scalar += self.tr_loss.item()
+        steps_run = self.trainer.state.global_step - self.initial_global_step
+        return self.total_loss_scalar / max(steps_run, 0.001), steps_run
+
+    # --- log / evaluate / save ------------------------------------------------------------------
+    def maybe_log_save_evaluate(
+        self,
+        tr_loss: torch.Tensor,
+        grad_norm: Any,
+        model: Any,
+        trial: Any,
+        epoch: float,
+        ignore_keys_for_eval: list[str] | None,
+        start_time: float,
+        learning_rate: float | None = None,
+    ) -> None:
+        """``Trainer._maybe_log_save_evaluate``: log when ``control`` says so, then evaluate, then save."""
+        t = self.trainer
+        if t.control.should_log and t.state.global_step > self.globalstep_last_logged:
+            self._log_training_loss(tr_loss, grad_norm, start_time, learning_rate)
+        if t.control.should_evaluate:
+            metrics = t._evaluate(trial, ignore_keys_for_eval)
+            is_new_best = t._determine_best_metric(metrics=metrics, trial=trial)
+            if t.args.save_strategy == "best":
+                t.control.should_save = is_new_best
+        if t.control.should_save:
+            t._save_checkpoint(model, trial)
+            t.control = t.callback_handler.on_save(t.args, t.state, t.control)
+
+    def _log_training_loss(
+        self, tr_loss: torch.Tensor, grad_norm: Any, start_time: float, learning_rate: float | None
+    ) -> None:
+        t = self.trainer
+        tr_loss_scalar = t.accelerator.gather(tr_loss.detach()).mean().item()
+        tr_loss -= tr_loss
+        logs: dict[str, float] = {
+            "loss": tr_loss_scalar / (t.state.global_step - self.globalstep_last_logged)
+        }
+        if grad_norm is not None:
+            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else grad_norm
+        logs["learning_rate"] = learning_rate if learning_rate is not None else t._get_learning_rate()
+        self.total_loss_scalar += tr_loss_scalar
+        self.globalstep_last_logged = t.state.global_step
+        t.store_flos()
+        t.log(logs, start_time)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Record ``logs`` in ``state.log_history`` (with epoch, step and the tokens seen) and send them to
+        the callbacks (``on_log``)."""
+        t = self.trainer
+        if t.state.epoch is not None:
+            logs["epoch"] = t.state.epoch
+        if t.args.include_num_input_tokens_seen not in ("no", False, None):
+            logs["num_input_tokens_seen"] = t.state.num_input_tokens_seen
+            if start_time is not None:
+                seen = t.state.num_input_tokens_seen - self.initial_num_input_tokens_seen
+                logs.update(speed_metrics("train", start_time, num_tokens=seen))
+        output = {**logs, "step": t.state.global_step}
+        t.state.log_history.append(output)
+        t.control = t.callback_handler.on_log(t.args, t.state, t.control, logs)
+
+    # --- counters ----------------------------------------------------------------------------------
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """``Trainer.floating_point_ops``: the model's own count, else 6 × tokens × non-embedding parameters."""
+        model = cast(Any, self.trainer.model)  # an HF model counts its own FLOPs and parameters
+        own = getattr(model, "floating_point_ops", None)
+        if callable(own):
+            return own(inputs)
+        main_input = getattr(model, "main_input_name", "input_ids")
+        if main_input in inputs and hasattr(model, "num_parameters"):
+            cached = self._non_embedding_params
+            if cached is None or cached[0] is not model:  # counted once per model, not per micro-batch
+                cached = self._non_embedding_params = (model, model.num_parameters(exclude_embeddings=True))
+            return 6 * inputs[main_input].numel() * cached[1]
+        return 0
+
+    def store_flos(self) -> None:
+        """``Trainer.store_flos``: add the FLOPs counted since the last call to ``state.total_flos``."""
+        t = self.trainer
+        flos = t.current_flos
+        if t.accelerator.num_processes > 1:
+            flos = float(t.accelerator.reduce(torch.tensor(float(flos), device=t.accelerator.device)))
+        t.state.total_flos += flos
+        t.current_flos = 0
+
+    def track_input_tokens(self, inputs: dict[str, Any]) -> None:
+        """``include_num_input_tokens_seen``: add this micro-batch's tokens (all ranks) to the state."""
+        t = self.trainer
+        mode = t.args.include_num_input_tokens_seen
+        if mode in (False, "no", None):
+            return
+        name = getattr(t.model, "main_input_name", "input_ids")
+        if mode == "non_padding" and "attention_mask" in inputs:
+            count = inputs["attention_mask"].sum()
+        elif name in inputs:
+            count = torch.tensor(inputs[name].numel())
+        else:
+            logger.warning("Tried to track the number of tokens seen, but the batch has no %r.", name)
+            return
+        count = t.accelerator.reduce(count.to(t.accelerator.device), "sum")
+        t.state.num_input_tokens_seen += int(count)

@@ -1,0 +1,119 @@
+"""``BatchSteps`` (``trainer.steps``): the per-batch work behind the Trainer's overridable methods.
+
+``Trainer.training_step``, ``compute_loss``, ``_prepare_inputs`` and ``get_batch_samples`` keep
+transformers' signatures (users override them) and call this part; ``training_step`` here calls
+``_prepare_inputs``, ``compute_loss_context_manager`` and ``compute_loss`` back through the Trainer.
+Whether a loss is already scaled for gradient accumulation is the one rule of
+:func:`hf_lightning.loss.loss_is_scaled_for_ga` (``HFModule`` uses it too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from hf_lightning.loss import (
+    LabelSmoother,
+    LossSettings,
+    compute_model_loss,
+    count_items_in_batch,
+    loss_is_scaled_for_ga,
+)
+from hf_lightning.trainer_utils import ensure_training_mode
+
+if TYPE_CHECKING:
+    from hf_lightning.trainer.trainer import Trainer
+
+__all__ = ["BatchSteps", "to_device"]
+
+
+class BatchSteps:
+    """Forward, loss and backward of one micro-batch, as transformers' Trainer runs them."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def training_step(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """Forward and backward on one micro-batch; returns the detached loss for logging."""
+        t = self.trainer
+        ensure_training_mode(model)  # model.train(), without the walk when nothing would change
+        inputs = t._prepare_inputs(inputs)
+        with t.compute_loss_context_manager():
+            loss = t.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        del inputs
+        steps = t.args.torch_empty_cache_steps
+        if steps is not None and t.state.global_step % steps == 0 and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        scaled = loss_is_scaled_for_ga(
+            t.model_accepts_loss_kwargs,
+            t.compute_loss_func,
+            num_items_in_batch,
+            override=t.loss_is_scaled_for_ga,
+        )
+        if not scaled:
+            loss = loss / t.current_gradient_accumulation_steps
+        t.accelerator.backward(loss)
+        return loss.detach()
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Any:
+        """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
+        t = self.trainer
+        settings = LossSettings(
+            accepts_loss_kwargs=t.model_accepts_loss_kwargs,
+            shift_labels=t.loss_shifts_labels,
+            label_smoother=self.label_smoother(),
+            compute_loss_func=t.compute_loss_func,
+            average_tokens_across_devices=t.args.average_tokens_across_devices,
+            world_size=t.accelerator.num_processes,
+        )
+        return compute_model_loss(
+            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
+        )
+
+    def label_smoother(self) -> LabelSmoother | None:
+        """``label_smoothing_factor``'s smoother (none for multi-label classification)."""
+        t = self.trainer
+        factor = t.args.label_smoothing_factor
+        if not factor:
+            return None
+        if getattr(getattr(t.model, "config", None), "problem_type", None) == "multi_label_classification":
+            return None
+        return LabelSmoother(epsilon=factor)
+
+    def batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any = None) -> tuple[list, Any]:
+        """``Trainer.get_batch_samples``: up to ``num_batches`` micro-batches and their target-token count."""
+        t = self.trainer
+        batches = []
+        for _ in range(num_batches):
+            try:
+                batches.append(next(epoch_iterator))
+            except StopIteration:
+                break
+        if not (t.model_accepts_loss_kwargs or t.compute_loss_func is not None):
+            return batches, None
+        count = count_items_in_batch(batches, shift_labels=t.loss_shifts_labels)
+        if count is not None and t.args.average_tokens_across_devices:
+            count = t.accelerator.reduce(count, "sum")
+        return batches, count if count is None or device is None else count.to(device)
+
+
+def to_device(data: Any, device: torch.device) -> Any:
+    """``data`` (nested mappings, lists, tuples of tensors) with every tensor on ``device``."""
+    if isinstance(data, Mapping):  # dict, or a mapping such as BatchEncoding
+        return cast(Any, type(data))({k: to_device(v, device) for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return type(data)(to_device(v, device) for v in data)
+    if isinstance(data, torch.Tensor) and data.device != device:
+        return data.to(device)
+    return data
