@@ -104,8 +104,7 @@ class TrainLoopDriver:
         for attr in ("model", "optimizer", "lr_scheduler"):
             setattr(t.callback_handler, attr, getattr(t, attr))
         self._event("on_train_begin")
-        if t.args.eval_on_start:
-            t.run.evaluate_on_start()
+        t.run.evaluate_on_start()  # when eval_on_start
 
     def on_epoch_begin(self) -> None:
         self.step = -1

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from hf_lightning.args.enums import (
@@ -23,7 +24,6 @@ from hf_lightning.args.enums import (
     SchedulerType,
 )
 from hf_lightning.args.fsdp import normalize_fsdp
-from hf_lightning.callbacks.kubeflow import is_kubeflow_available
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
@@ -165,6 +165,17 @@ def _report_to_list(report_to: Any) -> list[str]:
     if report_to in (None, "none", ["none"]):
         return []
     return list(report_to) if isinstance(report_to, list | tuple) else [report_to]
+
+
+KUBEFLOW_SERVER_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
+
+
+def is_kubeflow_available(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the process runs in a Kubeflow TrainJob that wants progress reports (``report_to="kubeflow"``)."""
+    env = os.environ if env is None else env
+    if env.get("DISABLE_KUBEFLOW_INTEGRATION", "FALSE").upper() == "TRUE":
+        return False
+    return env.get(KUBEFLOW_SERVER_URL_ENV) is not None
 
 
 def available_integrations() -> list[str]:

@@ -21,28 +21,19 @@ import os
 import ssl
 import time
 import urllib.request
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from hf_lightning.args.normalize import KUBEFLOW_SERVER_URL_ENV as SERVER_URL_ENV
+from hf_lightning.args.normalize import is_kubeflow_available
 from hf_lightning.callbacks.api import TrainerCallback
 
 __all__ = ["KubeflowCallback", "is_kubeflow_available"]
 
 logger = logging.getLogger(__name__)
 
-SERVER_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 TOKEN_PATH_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
-DISABLE_ENV = "DISABLE_KUBEFLOW_INTEGRATION"
-
-
-def is_kubeflow_available(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the process runs in a Kubeflow TrainJob that wants progress reports."""
-    env = os.environ if env is None else env
-    if env.get(DISABLE_ENV, "FALSE").upper() == "TRUE":
-        return False
-    return env.get(SERVER_URL_ENV) is not None
 
 
 class KubeflowCallback(TrainerCallback):

@@ -69,8 +69,9 @@ class TrainingRun:
         self.started = True
 
     def evaluate_on_start(self) -> None:
-        """``eval_on_start``: evaluate before the first step (the scheduler is not stepped)."""
-        self.trainer._evaluate(self.trial, self.ignore_keys_for_eval, skip_scheduler=True)
+        """With ``eval_on_start``: evaluate before the first step (the scheduler is not stepped)."""
+        if self.trainer.args.eval_on_start:
+            self.trainer._evaluate(self.trial, self.ignore_keys_for_eval, skip_scheduler=True)
 
     def on_resume_point(self, where: str, skipping: bool = False) -> None:
         """At each epoch begin ("epoch") and step begin ("step"): restore a resumed run's RNG and scaler."""
