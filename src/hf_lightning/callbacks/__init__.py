@@ -18,14 +18,17 @@ from hf_lightning.callbacks.builtin import (
 from hf_lightning.callbacks.handler import (
     CallbackHandler,
 )
+from hf_lightning.callbacks.nonfinite import NonFiniteError, StopOnNonFinite
 
 __all__ = [
     "CallbackHandler",
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
     "ExportableState",
+    "NonFiniteError",
     "PrinterCallback",
     "ProgressCallback",
+    "StopOnNonFinite",
     "TRAINER_EVENTS",
     "TrainerCallback",
     "TrainerControl",

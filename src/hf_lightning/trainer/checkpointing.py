@@ -30,7 +30,9 @@ from typing import Any
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerControl
+from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
 from hf_lightning.checkpoint.folders import checkpoint_problem
+from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.store import (
     OPTIMIZER_NAME,
@@ -144,6 +146,8 @@ class TrainerCheckpointMixin(TrainerBase):
             self.store_flos()
         run_dir = self._get_output_dir(trial)
         step = state.global_step
+        if refuse_nonfinite_checkpoint(self, checkpoint_path(run_dir, step)):  # callbacks/nonfinite.py
+            return
         if _value(args.save_strategy) in _SAVING_STRATEGIES and state.best_global_step:
             best = checkpoint_path(run_dir, state.best_global_step)
             if state.best_global_step == step or os.path.exists(best):
@@ -261,13 +265,7 @@ class TrainerCheckpointMixin(TrainerBase):
             absent = " and ".join(
                 name for name, here in zip((OPTIMIZER_NAME, SCHEDULER_NAME), has) if not here
             )
-            logger.info(
-                "`%s` holds no %s: training continues with a fresh optimizer; the learning-rate "
-                "schedule continues from step %d.",
-                checkpoint,
-                absent,
-                step,
-            )
+            report_fresh_optimizer(logger, checkpoint, absent, step, self.args)  # checkpoint/fresh_state.py
             fast_forward_scheduler(self.lr_scheduler, step)
         scaler = os.path.join(checkpoint, SCALER_NAME)
         self._pending_scaler_state = safe_torch_load(scaler) if os.path.isfile(scaler) else None

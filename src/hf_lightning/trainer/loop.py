@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from hf_lightning.callbacks.nonfinite import observe_loss, observe_step
+
 __all__ = ["BRIDGED_EVENTS", "TrainLoopDriver"]
 
 # Where each TrainerCallback event fires (a contract test checks that none is missing).
@@ -140,6 +142,7 @@ class TrainLoopDriver:
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         t = self.trainer
         self.step += 1
+        observe_loss(t, loss)  # non-finite loss: warn once, StopOnNonFinite raises (callbacks/nonfinite.py)
         if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
             t._tr_loss += t._tr_loss / (1 + t.state.global_step - t._globalstep_last_logged)
         else:
@@ -161,6 +164,7 @@ class TrainLoopDriver:
         self.grad_norm, self.learning_rate = grad_norm, learning_rate
         t.state.global_step += 1
         t.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
+        observe_step(t, grad_norm)  # first non-finite weight: warn once (callbacks/nonfinite.py)
         self._event("on_step_end")
         self._maybe_log_save_evaluate()
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer.loop import TrainLoopDriver
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
@@ -96,6 +97,7 @@ class TrainerTrainMixin(TrainerBase):
         from hf_lightning.adapters.fit import FitRequest, run_fit
 
         train_dataloader = self.get_train_dataloader()
+        check_train_dataloader(train_dataloader, self.train_dataset, args)  # train_data_checks.py
         (
             num_train_epochs,
             num_update_steps_per_epoch,
