@@ -326,3 +326,16 @@ def test_unparsable_json_dict_field_names_the_field():
     """A JSON-string dict field that does not parse raises ValueError naming the field."""
     with pytest.raises(ValueError, match=r"accelerator_config='\{not json'\)` is not a valid JSON object"):
         TrainingArguments(output_dir="unused", accelerator_config="{not json")
+
+
+def test_stop_on_nonfinite_defers_a_loss_error_to_step_end_with_several_processes(monkeypatch):
+    """Under DDP a rank's own NaN loss raises at on_step_end (no rank left waiting in the all-reduce)."""
+    import hf_lightning.callbacks.nonfinite as nonfinite
+
+    monkeypatch.setattr(nonfinite, "_distributed", lambda: True)
+    stopper = StopOnNonFinite()
+    stopper.nonfinite_loss(4, float("nan"))  # no error inside the step
+    state = hf_lightning.TrainerState(global_step=4)
+    with pytest.raises(NonFiniteError, match="at step 4") as raised:
+        stopper.on_step_end(None, state, None, model=RegressionModel())
+    assert raised.value.step == 4

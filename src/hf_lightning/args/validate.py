@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import numbers
 import os
@@ -207,9 +208,14 @@ def type_problem(args: Any, name: str, annotation: Any) -> str | None:
     return f"`{_call(args, **{name: value})}` must be {_describe(annotation)}, got {type(value).__name__}"
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
 def check_types(args: Any) -> None:
     """Raise one ``TypeError`` naming every field whose value has the wrong type (before normalisation)."""
-    hints = typing.get_type_hints(type(args))
+    hints = _hints(type(args))
     problems = [
         message
         for field in dataclasses.fields(args)

@@ -47,13 +47,16 @@ class NonFiniteError(FloatingPointError):
 
 def first_nonfinite_parameter(model: torch.nn.Module) -> str | None:
     """The name of the first parameter holding a NaN or ±inf, or ``None`` when all are finite."""
-    named = [(name, p) for name, p in model.named_parameters() if p.is_floating_point() and p.numel()]
-    if not named:
-        return None
-    flags = torch.stack([torch.isfinite(p.detach()).all().to("cpu", non_blocking=False) for _, p in named])
-    if bool(flags.all()):
-        return None
-    return named[int((~flags).nonzero()[0])][0]
+    by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and param.numel():
+            by_device.setdefault(param.device, []).append((name, param.detach()))
+    bad: list[str] = []
+    for named in by_device.values():  # one reduction per parameter, one host sync per device
+        flags = torch.stack([torch.isfinite(p).all() for _, p in named]).cpu()
+        if not bool(flags.all()):
+            bad.append(named[int((~flags).nonzero()[0])][0])
+    return bad[0] if bad else None
 
 
 class _RunRecord:
@@ -64,6 +67,14 @@ class _RunRecord:
         self.loss_warned = False
         self.weights_warned = False
         self.window_nonfinite = False
+
+
+def _distributed() -> bool:
+    return (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and (torch.distributed.get_world_size() > 1)
+    )
 
 
 def _record(trainer: Any) -> _RunRecord:
@@ -152,9 +163,18 @@ class StopOnNonFinite(TrainerCallback):
 
     def __init__(self, check_weights: bool = True) -> None:
         self.check_weights = check_weights
+        self._pending: tuple[int, float] | None = None
 
     def nonfinite_loss(self, step: int, value: float) -> None:
-        """Raise :class:`NonFiniteError` for the loss ``value`` met in optimizer step ``step``."""
+        """Raise :class:`NonFiniteError` for the loss ``value`` met in optimizer step ``step``.
+
+        With several processes the loss is one process's own, so raising here could leave the others
+        waiting in the gradient all-reduce: the error is raised at the end of the step instead, where
+        every process checks its (all-reduced, hence equally non-finite) weights.
+        """
+        if _distributed():
+            self._pending = (step, value)
+            return
         raise NonFiniteError(
             f"StopOnNonFinite: the training loss is {value} at step {step}; training stops before this "
             f"step's optimizer update (the weights and checkpoints of step {step - 1} are finite).",
@@ -162,6 +182,13 @@ class StopOnNonFinite(TrainerCallback):
         )
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            raise NonFiniteError(
+                f"StopOnNonFinite: the training loss is {pending[1]} at step {pending[0]}; training stops "
+                "before this step is checkpointed.",
+                pending[0],
+            )
         if not self.check_weights or model is None:
             return
         name = first_nonfinite_parameter(model)

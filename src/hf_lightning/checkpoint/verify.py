@@ -203,5 +203,4 @@ def content_problem(folder: str | os.PathLike[str]) -> str | None:
         return str(exc).rstrip(".")
     if listed is None:
         return _structural_problem(folder)
-    problem = _checksum_problem(folder, listed)
-    return problem if problem is not None else _structural_problem(folder, frozenset(listed))
+    return _checksum_problem(folder, listed) or _structural_problem(folder, frozenset(listed))
