@@ -19,7 +19,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RULES", "check", "check_types", "find_problems", "type_problem"]
+__all__ = ["RULES", "ArgumentTypeError", "check", "check_types", "find_problems", "type_problem"]
 
 _LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
 _TOKENS_SEEN = ("all", "non_padding", "no")
@@ -140,6 +140,14 @@ def _choices(args: Any) -> Iterator[str]:
             yield f"`{_call(args, **{name: value})}` is not supported; choose one of: {shown}"
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """A ``TrainingArguments`` field holds a value of the wrong type.
+
+    A ``TypeError``; also a ``ValueError``, because transformers raises ``ValueError`` for some of these
+    values (``torch_empty_cache_steps=2.5``) and code catching that keeps working.
+    """
+
+
 # Fields whose annotation is narrower than what transformers (and normalisation) accept.
 _ACCEPTS: dict[str, Any] = {
     "fsdp": bool | str | list | None,
@@ -224,10 +232,10 @@ def check_types(args: Any) -> None:
         if message is not None
     ]
     if len(problems) == 1:
-        raise TypeError(problems[0])
+        raise ArgumentTypeError(problems[0])
     if problems:
         lines = "\n".join(f"  - {p}" for p in problems)
-        raise TypeError(f"{len(problems)} problems with `{type(args).__name__}`:\n{lines}")
+        raise ArgumentTypeError(f"{len(problems)} problems with `{type(args).__name__}`:\n{lines}")
 
 
 _AT_LEAST_ONE = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
