@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import math
 import numbers
 import os
@@ -216,9 +215,13 @@ def type_problem(args: Any, name: str, annotation: Any) -> str | None:
     return f"`{_call(args, **{name: value})}` must be {_describe(annotation)}, got {type(value).__name__}"
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def check_types(args: Any) -> None:
