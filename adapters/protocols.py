@@ -41,6 +41,9 @@ class TrainingRunPart(Protocol):
     def add_micro_batch(self, inputs: Mapping[str, Any], loss: torch.Tensor) -> None:
         """Count one micro-batch: its loss, FLOPs and input tokens."""
 
+    def after_optimizer_step(self, grad_norm: float | None) -> None:
+        """After each optimizer step, before ``on_step_end``: the first non-finite weight is reported."""
+
     def log_save_evaluate(self, grad_norm: float | None, epoch: float, learning_rate: float | None) -> None:
         """After a step or an epoch: log, evaluate and save as ``control`` asks."""
 

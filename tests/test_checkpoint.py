@@ -264,7 +264,11 @@ def test_folder_without_weights_is_an_error(tmp_path):
 def test_save_only_model_writes_no_optimizer_scheduler_or_rng(tmp_path):
     """save_only_model=True writes the model and state only, and the folder is still complete."""
     folder, _ = saved_checkpoint(tmp_path, save_only_model=True)
-    assert sorted(os.listdir(folder)) == ["model.safetensors", "trainer_state.json"]
+    assert sorted(os.listdir(folder)) == [
+        "checkpoint-manifest.json",
+        "model.safetensors",
+        "trainer_state.json",
+    ]
     assert is_checkpoint_complete(folder)
 
 

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
 
 from hf_lightning import trainer_utils, trainer_utils_memory
@@ -145,7 +146,8 @@ def _make(folder, name, incomplete=False, is_dir=True):
         path.write_text("x")
         return
     path.mkdir()
-    (path / "model.safetensors").write_bytes(b"weights")  # what a complete checkpoint holds
+    # what a complete checkpoint holds (a real safetensors file: resuming checks the content too)
+    safetensors.torch.save_file({"w": torch.zeros(1)}, path / "model.safetensors")
     (path / "trainer_state.json").write_text("{}")
     if incomplete:
         (path / INCOMPLETE_CHECKPOINT_MARKER).write_text("")

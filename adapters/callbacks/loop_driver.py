@@ -146,6 +146,7 @@ class TrainLoopDriver:
         t.state.global_step += 1
         t.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
         self.grad_norm, self.learning_rate = grad_norm, learning_rate
+        t.run.after_optimizer_step(grad_norm)
         self._event("on_step_end")
         self._log_save_evaluate(grad_norm, learning_rate)
 

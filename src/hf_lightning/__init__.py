@@ -35,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "ProgressCallback": "callbacks",
     "EarlyStoppingCallback": "callbacks",
     "ExportableState": "callbacks",
+    "StopOnNonFinite": "callbacks",
+    "NonFiniteError": "callbacks",
     "TrainOutput": "trainer_utils",
     "EvalPrediction": "trainer_utils",
     "PredictionOutput": "trainer_utils",

@@ -25,7 +25,7 @@ from hf_lightning.checkpoint import (
     staging_path,
 )
 
-OUR_ADDITIONS = {"training_args.json"}
+OUR_ADDITIONS = {"training_args.json", "checkpoint-manifest.json"}  # docs/checkpointing.md
 
 
 def tiny_gpt2(seed: int) -> GPT2LMHeadModel:
@@ -134,7 +134,7 @@ def test_transformers_training_args_bin_is_refused_not_unpickled(hf_run):
 
 
 def test_our_folder_has_the_file_names_transformers_writes(hf_run, our_checkpoint):
-    """Our checkpoint-2 holds exactly transformers' file names plus training_args.json."""
+    """Our checkpoint-2 holds exactly transformers' file names plus training_args.json and checkpoint-manifest.json."""
     _, theirs = hf_run
     _, ours, _ = our_checkpoint
     assert set(os.listdir(ours)) - OUR_ADDITIONS == set(os.listdir(theirs))

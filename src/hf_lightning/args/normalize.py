@@ -24,6 +24,7 @@ from hf_lightning.args.enums import (
     SchedulerType,
 )
 from hf_lightning.args.fsdp import normalize_fsdp
+from hf_lightning.args.validate import check_types
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
@@ -65,14 +66,22 @@ _INTEGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def normalize(args: Any) -> list[str]:
-    """Fill derived defaults and coerce values in place; return the problems found on the way."""
+    """Fill derived defaults and coerce values in place; return the problems found on the way.
+
+    A value of the wrong type raises ``TypeError`` naming its field first (``validate.check_types``).
+    """
+    check_types(args)
     if args.output_dir is None:
         args.output_dir = "trainer_output"
     args.output_dir = os.path.expanduser(args.output_dir)
     for name in args._VALID_DICT_FIELDS:
         value = getattr(args, name)
         if isinstance(value, str) and value.startswith("{"):
-            setattr(args, name, parse_json_dict(value))
+            setattr(args, name, _parse_field(args, name, value))
+    for name, needed in (("accelerator_config", True), ("fsdp_config", bool(args.fsdp))):
+        value = getattr(args, name)
+        if needed and isinstance(value, str | os.PathLike):
+            setattr(args, name, _read_json_file(args, name, value))
     _resolve_checkpointing_aliases(args)
     if args.disable_tqdm is None:
         args.disable_tqdm = logger.getEffectiveLevel() > logging.WARNING
@@ -97,6 +106,31 @@ def normalize(args: Any) -> list[str]:
 def parse_json_dict(text: str) -> dict:
     """Parse a JSON object given on a command line; string leaves that spell a bool or number are converted."""
     return _convert_leaves(json.loads(text))
+
+
+def _parse_field(args: Any, name: str, text: str) -> dict:
+    try:
+        parsed = parse_json_dict(text)
+    except (ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"`{type(args).__name__}({name}={text!r})` is not a valid JSON object: {exc}"
+        ) from exc
+    return parsed
+
+
+def _read_json_file(args: Any, name: str, path: Any) -> dict:
+    """The JSON object in the file ``path`` given for field ``name``; ``ValueError`` naming the field if not."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"`{type(args).__name__}({name}={path!r})` must be a dict, a JSON string or the path of a JSON "
+            f"file; reading it failed: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"`{type(args).__name__}({name}={path!r})`: the file must hold a JSON object")
+    return data
 
 
 def _convert_leaves(d: dict) -> dict:

@@ -8,10 +8,17 @@ does not enforce (marked *documented*).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+import enum
+import math
+import numbers
+import os
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["RULES", "check", "find_problems"]
+__all__ = ["RULES", "ArgumentTypeError", "check", "check_types", "find_problems", "type_problem"]
 
 _LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
 _TOKENS_SEEN = ("all", "non_padding", "no")
@@ -132,6 +139,132 @@ def _choices(args: Any) -> Iterator[str]:
             yield f"`{_call(args, **{name: value})}` is not supported; choose one of: {shown}"
 
 
+class ArgumentTypeError(TypeError, ValueError):
+    """A ``TrainingArguments`` field holds a value of the wrong type.
+
+    A ``TypeError``; also a ``ValueError``, because transformers raises ``ValueError`` for some of these
+    values (``torch_empty_cache_steps=2.5``) and code catching that keeps working.
+    """
+
+
+# Fields whose annotation is narrower than what transformers (and normalisation) accept.
+_ACCEPTS: dict[str, Any] = {
+    "fsdp": bool | str | list | None,
+    "report_to": str | list | tuple | None,
+    "optim_target_modules": str | list | tuple | None,
+    "include_for_metrics": list | tuple,
+    "label_names": list | tuple | None,
+    "debug": str | list | tuple | None,
+}
+_NAMES = {int: "an int", float: "a number", bool: "a bool", str: "a str", dict: "a dict", list: "a list"}
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` fits ``annotation`` (unions, Optional, Literal, enums, containers by their origin)."""
+    origin = typing.get_origin(annotation)
+    if annotation is Any or annotation is None and value is None:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, option) for option in typing.get_args(annotation))
+    if origin is typing.Literal:
+        return any(value is option or value == option for option in typing.get_args(annotation))
+    target = origin or annotation
+    if target is type(None):
+        return value is None
+    if target is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if target is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if target is str:
+        return isinstance(value, (str, os.PathLike))
+    if target is dict:
+        return isinstance(value, Mapping)
+    if isinstance(target, type) and issubclass(target, enum.Enum):
+        return isinstance(value, target)
+    return isinstance(target, type) and isinstance(value, target)
+
+
+def _describe(annotation: Any) -> str:
+    options = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    words = []
+    for option in options:
+        base = typing.get_origin(option) or option
+        if option is type(None) or option is None:
+            words.append("None")
+        elif base is typing.Literal:
+            words.append(" or ".join(repr(v) for v in typing.get_args(option)))
+        elif isinstance(base, type) and issubclass(base, enum.Enum):
+            words.append(f"a {base.__name__}")
+        else:
+            words.append(_NAMES.get(base, f"a {getattr(base, '__name__', base)}"))
+    return " or ".join(dict.fromkeys(words))
+
+
+def type_problem(args: Any, name: str, annotation: Any) -> str | None:
+    """The message for field ``name`` when its value does not fit ``annotation``, else ``None``."""
+    value = getattr(args, name)
+    annotation = _ACCEPTS.get(name, annotation)
+    if _matches(value, annotation):
+        if isinstance(value, float) and not math.isfinite(value) and name not in ("max_grad_norm",):
+            return f"`{_call(args, **{name: value})}` must be a finite number"
+        return None
+    return f"`{_call(args, **{name: value})}` must be {_describe(annotation)}, got {type(value).__name__}"
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def check_types(args: Any) -> None:
+    """Raise one ``TypeError`` naming every field whose value has the wrong type (before normalisation)."""
+    hints = _hints(type(args))
+    problems = [
+        message
+        for field in dataclasses.fields(args)
+        if field.init and field.name in hints
+        for message in [type_problem(args, field.name, hints[field.name])]
+        if message is not None
+    ]
+    if len(problems) == 1:
+        raise ArgumentTypeError(problems[0])
+    if problems:
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise ArgumentTypeError(f"{len(problems)} problems with `{type(args).__name__}`:\n{lines}")
+
+
+_AT_LEAST_ONE = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+_NON_NEGATIVE = ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon", "dataloader_num_workers",
+                 "logging_steps", "save_steps", "eval_delay", "label_smoothing_factor")  # fmt: skip
+
+
+def _ranges(args: Any) -> Iterator[str]:
+    """Counts and rates that cannot work (transformers fails later, inside torch or with ZeroDivisionError)."""
+    for name in _AT_LEAST_ONE:
+        if getattr(args, name) < 1:
+            yield f"`{_call(args, **{name: getattr(args, name)})}` must be an int >= 1"
+    for name in _NON_NEGATIVE:
+        if getattr(args, name) < 0:
+            yield f"`{_call(args, **{name: getattr(args, name)})}` must be >= 0"
+    for name in ("eval_accumulation_steps", "dataloader_prefetch_factor"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            yield f"`{_call(args, **{name: value})}` must be an int >= 1 or None"
+    for name in ("adam_beta1", "adam_beta2"):
+        if not 0.0 <= getattr(args, name) < 1.0:
+            yield f"`{_call(args, **{name: getattr(args, name)})}` must be in [0, 1)"
+    if args.eval_steps is not None and args.eval_steps < 0:
+        yield f"`{_call(args, eval_steps=args.eval_steps)}` must be >= 0 or None"
+
+
 RULES: tuple[Callable[[Any], Iterator[str]], ...] = (
     _step_counts,
     _best_model,
@@ -140,6 +273,7 @@ RULES: tuple[Callable[[Any], Iterator[str]], ...] = (
     _numbers,
     _dataloader,
     _choices,
+    _ranges,
 )
 
 

@@ -22,6 +22,7 @@ from hf_lightning.callbacks.kubeflow import (
     KubeflowCallback,
     is_kubeflow_available,
 )
+from hf_lightning.callbacks.nonfinite import NonFiniteError, StopOnNonFinite
 
 __all__ = [
     "KubeflowCallback",
@@ -30,8 +31,10 @@ __all__ = [
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
     "ExportableState",
+    "NonFiniteError",
     "PrinterCallback",
     "ProgressCallback",
+    "StopOnNonFinite",
     "TRAINER_EVENTS",
     "TrainerCallback",
     "TrainerControl",

@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+from hf_lightning.checkpoint.verify import content_problem, missing_listed_files
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "find_resumable_checkpoint",
     "is_checkpoint_complete",
     "remove_folder",
+    "resume_problem",
     "rotate_checkpoints",
     "sorted_checkpoints",
 ]
@@ -83,7 +85,18 @@ def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
     )
     if empty:
         return f"its files {empty} are empty"
-    return _index_shards_missing(folder)
+    return _index_shards_missing(folder) or content_problem(folder)
+
+
+def resume_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Why ``resume_from_checkpoint=True`` passes over ``folder``: :func:`checkpoint_problem`, or a file
+    the save wrote (optimizer, scheduler, scaler, RNG state) that is gone since, which would resume with
+    a fresh optimizer or another random stream than the uninterrupted run had."""
+    problem = checkpoint_problem(folder)
+    if problem is not None:
+        return problem
+    gone = missing_listed_files(folder)
+    return f"the files {gone} it was saved with are missing" if gone else None
 
 
 def is_checkpoint_complete(folder: str | os.PathLike[str]) -> bool:
@@ -187,10 +200,14 @@ def rotate_checkpoints(
 def find_resumable_checkpoint(
     output_dir: str | os.PathLike[str], logger: logging.Logger | None = None
 ) -> str | None:
-    """The newest complete ``checkpoint-N`` in ``output_dir`` (``None`` if none); each skipped one is logged."""
+    """The newest intact ``checkpoint-N`` in ``output_dir`` (``None`` if none); each skipped one is logged.
+
+    Intact: :func:`resume_problem` finds nothing (complete, every file parses and matches its checksum,
+    nothing the save wrote is gone).
+    """
     log = logger if logger is not None else logging.getLogger(__name__)
     for path in reversed(sorted_checkpoints(output_dir)):
-        problem = checkpoint_problem(path)
+        problem = resume_problem(path)
         if problem is None:
             return path
         log.warning("Skipping checkpoint `%s` when looking for one to resume from: %s.", path, problem)

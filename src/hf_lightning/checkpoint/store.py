@@ -76,6 +76,7 @@ from hf_lightning.checkpoint.io import (
     write_training_args,
 )
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
+from hf_lightning.checkpoint.verify import write_manifest
 from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights
 
 __all__ = [
@@ -217,7 +218,8 @@ def _write_main_files(staging: str, options: dict[str, Any]) -> None:
 
 
 def _publish(staging: str, final: str) -> None:
-    """Make ``staging`` durable, drop its sentinel and rename it to ``final`` (replacing an older one)."""
+    """Record the checksums, make ``staging`` durable, drop its sentinel and rename it to ``final``."""
+    write_manifest(staging)  # checkpoint/verify.py: lets a resume detect a damaged file
     fsync_tree(staging)
     os.remove(os.path.join(staging, INCOMPLETE_SENTINEL_NAME))
     fsync_dir(staging)

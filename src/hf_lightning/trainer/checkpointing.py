@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerControl
+from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
 from hf_lightning.checkpoint.folders import checkpoint_problem
+from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.store import (
@@ -161,6 +163,8 @@ class CheckpointPolicy:
             t.store_flos()
         run_dir = t._get_output_dir(trial)
         step = state.global_step
+        if refuse_nonfinite_checkpoint(t.run.nonfinite, t, checkpoint_path(run_dir, step)):
+            return  # a checkpoint with NaN/inf weights never replaces a finite one (docs/checkpointing.md)
         tracked = _value(args.save_strategy) in _SAVING_STRATEGIES and state.best_global_step
         self.export_callback_states()
         index, world, is_saver = self.process_layout()
@@ -292,13 +296,7 @@ class CheckpointPolicy:
             absent = " and ".join(
                 name for name, here in zip((OPTIMIZER_NAME, SCHEDULER_NAME), has) if not here
             )
-            logger.info(
-                "`%s` holds no %s: training continues with a fresh optimizer; the learning-rate "
-                "schedule continues from step %d.",
-                checkpoint,
-                absent,
-                step,
-            )
+            report_fresh_optimizer(logger, checkpoint, absent, step, t.args)  # checkpoint/fresh_state.py
             fast_forward_scheduler(t.lr_scheduler, step)
         scaler = os.path.join(checkpoint, SCALER_NAME)
         self.pending_scaler_state = safe_torch_load(scaler) if os.path.isfile(scaler) else None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from hf_lightning.callbacks.nonfinite import NonFiniteRecord, observe_loss, observe_step
 from hf_lightning.trainer_utils import speed_metrics
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class TrainingRun:
         self.started = False
         """Whether a training loop ever started on this Trainer (the engine prepared the model)."""
         self._non_embedding_params: tuple[nn.Module, int] | None = None
+        self.nonfinite = NonFiniteRecord()
+        """The non-finite losses and weights reported in this run (``callbacks/nonfinite.py``)."""
 
     # --- the run's life ------------------------------------------------------------------------
     def begin(self, trial: Any, ignore_keys_for_eval: list[str] | None) -> None:
@@ -62,6 +65,7 @@ class TrainingRun:
         self.total_loss_scalar = 0.0
         self.globalstep_last_logged = state.global_step
         self.start_time = time.time()
+        self.nonfinite = NonFiniteRecord()
 
     def start(self) -> None:
         """The engine's loop begins (``on_train_begin``): start the clock."""
@@ -80,12 +84,17 @@ class TrainingRun:
     def add_micro_batch(self, inputs: dict[str, Any], loss: torch.Tensor) -> None:
         """Add one micro-batch's loss (NaN/inf replaced by the running mean), FLOPs and input tokens."""
         t = self.trainer
+        observe_loss(self.nonfinite, t, loss)  # the first non-finite loss: warn; StopOnNonFinite raises
         if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
             self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
         else:
             self.tr_loss += loss.to(self.tr_loss.device)
         t.current_flos += float(t.floating_point_ops(inputs))
         self.track_input_tokens(inputs)
+
+    def after_optimizer_step(self, grad_norm: float | None) -> None:
+        """After each optimizer step: report the run's first non-finite weight (``callbacks/nonfinite.py``)."""
+        observe_step(self.nonfinite, self.trainer, grad_norm)
 
     def log_save_evaluate(self, grad_norm: float | None, epoch: float, learning_rate: float | None) -> None:
         """After a step or an epoch: the Trainer's ``_maybe_log_save_evaluate`` with this run's values."""

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
 
@@ -108,6 +109,9 @@ class TrainLauncher:
 
         t = self.trainer
         train_dataloader = t.get_train_dataloader()
+        check_train_dataloader(
+            train_dataloader, t.train_dataset, args
+        )  # empty data: an error before any step
         epochs, steps_per_epoch, num_examples, num_train_samples, total_batch, steps_in_epoch, max_steps = (
             t.set_initial_training_values(args, train_dataloader)
         )

@@ -1,0 +1,206 @@
+"""Content checks of a checkpoint folder: every file parses, and matches the checksums taken when it was saved.
+
+A save writes ``checkpoint-manifest.json`` last, just before the folder is published: the size and SHA-256
+of every other file. :func:`content_problem` then finds a truncated file, a flipped bit or a deleted file
+in a checkpoint written here. A folder without a manifest (written by transformers, or by an older
+version) gets the structural checks only: each ``.safetensors`` header parses and its tensors lie inside
+the file, each JSON file parses, ``trainer_state.json`` names the folder's step, each ``.pt`` / ``.pth``
+/ ``.bin`` file loads under ``torch.load(weights_only=True)``.
+
+Each check returns a sentence naming the file and what is wrong with it, or ``None``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from typing import Any
+
+from hf_lightning.checkpoint.io import CheckpointError, safe_torch_load
+
+__all__ = [
+    "MANIFEST_NAME",
+    "OPTIONAL_STATE_FILES",
+    "content_problem",
+    "missing_listed_files",
+    "read_manifest",
+    "write_manifest",
+]
+
+MANIFEST_NAME = "checkpoint-manifest.json"
+_FORMAT = 1
+_CHUNK = 8 * 1024 * 1024
+_STEP_RE = re.compile(r"checkpoint-(\d+)$")
+_SKIPPED = ("checkpoint-is-incomplete.txt", MANIFEST_NAME)
+# Files a resume can do without (fresh optimizer / schedule / scaler, unrestored RNG), with a warning.
+OPTIONAL_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt")
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+# training_args.bin written by transformers holds a pickled object that weights_only refuses; it is never
+# read when resuming, so it is not checked.
+_NOT_LOADED = ("training_args.bin",)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _files(folder: str) -> list[str]:
+    """Every regular file below ``folder`` as a relative path with ``/``, sorted."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if rel not in _SKIPPED:
+                found.append(rel)
+    return sorted(found)
+
+
+def write_manifest(folder: str | os.PathLike[str]) -> str:
+    """Write ``folder/checkpoint-manifest.json`` with the size and SHA-256 of every other file; returns it."""
+    folder = os.fspath(folder)
+    entries = {}
+    for rel in _files(folder):
+        path = os.path.join(folder, rel)
+        entries[rel] = {"size": os.path.getsize(path), "sha256": _sha256(path)}
+    path = os.path.join(folder, MANIFEST_NAME)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"format": _FORMAT, "files": entries}, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+    return path
+
+
+def read_manifest(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]] | None:
+    """The manifest's ``{file: {"size", "sha256"}}``, ``None`` when the folder has none.
+
+    Raises :class:`CheckpointError` naming the manifest when it does not parse or has another shape.
+    """
+    path = os.path.join(os.fspath(folder), MANIFEST_NAME)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        files = data["files"]
+        ok = data["format"] == _FORMAT and isinstance(files, dict)
+        ok = ok and all(
+            isinstance(e, dict) and isinstance(e["size"], int) and isinstance(e["sha256"], str)
+            for e in files.values()
+        )
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"`{path}` is corrupt ({type(exc).__name__}: {exc}).", path) from exc
+    if not ok:
+        raise CheckpointError(f"`{path}` is corrupt (unexpected layout).", path)
+    return files
+
+
+def missing_listed_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The files the manifest lists that are gone from ``folder`` (``[]`` without a manifest)."""
+    folder = os.fspath(folder)
+    try:
+        listed = read_manifest(folder) or {}
+    except CheckpointError:
+        return []
+    return sorted(rel for rel in listed if not os.path.isfile(os.path.join(folder, rel)))
+
+
+def _checksum_problem(folder: str, listed: dict[str, dict[str, Any]]) -> str | None:
+    for rel, entry in sorted(listed.items()):
+        path = os.path.join(folder, rel)
+        if not os.path.isfile(path):
+            if os.path.basename(rel) in OPTIONAL_STATE_FILES or _is_rng_file(rel):
+                continue  # reported by missing_listed_files: the caller decides
+            return f"`{path}` was saved with the checkpoint but is missing"
+        size = os.path.getsize(path)
+        if size != entry["size"]:
+            problem = f"`{path}` is truncated or corrupt: {size} bytes, {entry['size']} were saved"
+        elif _sha256(path) != entry["sha256"]:
+            problem = f"`{path}` is corrupt: its SHA-256 differs from the one recorded when it was saved"
+        else:
+            continue
+        return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
+    return None
+
+
+def _is_rng_file(rel: str) -> bool:
+    return os.path.basename(rel).startswith("rng_state") and rel.endswith(".pth")
+
+
+def _safetensors_problem(path: str) -> str | None:
+    """The header parses as JSON and every tensor's byte range lies inside the file."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > size - 8:
+                return f"`{path}` is truncated: its header needs {length} bytes, the file has {size - 8} left"
+            header = json.loads(handle.read(length))
+        ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    except (struct.error, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return f"`{path}` is corrupt: its safetensors header does not parse ({type(exc).__name__})"
+    if 8 + length + max(ends, default=0) > size:
+        return f"`{path}` is truncated: its tensors need {8 + length + max(ends)} bytes, the file has {size}"
+    return None
+
+
+def _json_problem(path: str, step: int | None) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return f"`{path}` is not valid JSON ({type(exc).__name__}: {exc})"
+    if os.path.basename(path) == "trainer_state.json":
+        if not isinstance(data, dict):
+            return f"`{path}` does not hold a JSON object"
+        saved = data.get("global_step", step)
+        if step is not None and saved != step:
+            return f"`{path}` says global_step={saved!r}, but the folder is for step {step}"
+    return None
+
+
+def _structural_problem(folder: str, verified: frozenset[str] = frozenset()) -> str | None:
+    for rel in _files(folder):
+        if rel in verified:
+            continue  # byte for byte what was saved
+        problem = _file_problem(folder, rel)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _file_problem(folder: str, rel: str) -> str | None:
+    """What the structural check of one file finds (``None`` for a file type it does not check)."""
+    path = os.path.join(folder, rel)
+    if rel.endswith(".safetensors"):
+        return _safetensors_problem(path)
+    if rel.endswith(".json"):
+        match = _STEP_RE.search(os.path.basename(os.path.normpath(folder)))
+        return _json_problem(path, int(match.group(1)) if match else None)
+    if rel.endswith(_TORCH_SUFFIXES) and os.path.basename(rel) not in _NOT_LOADED:
+        try:
+            safe_torch_load(path, allow_numpy=_is_rng_file(rel))
+        except CheckpointError as exc:
+            return str(exc).rstrip(".")
+    return None
+
+
+def content_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Why the files of ``folder`` cannot be trusted, or ``None``: checksums first, then structure.
+
+    Files listed in the manifest but absent are not reported here when a resume can do without them
+    (optimizer, scheduler, scaler, RNG state); see :func:`missing_listed_files`.
+    """
+    folder = os.fspath(folder)
+    try:
+        listed = read_manifest(folder)
+    except CheckpointError as exc:
+        return str(exc).rstrip(".")
+    if listed is None:
+        return _structural_problem(folder)
+    return _checksum_problem(folder, listed) or _structural_problem(folder, frozenset(listed))
