@@ -98,8 +98,8 @@ def _restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, 
                 handler.remove_callback(type(new))
     if missing:
         logger.warning(
-            "The checkpoint holds states of callbacks this Trainer does not have; ignoring: %s",
-            ", ".join(missing),
+            "Checkpoint included callbacks not included in current configuration. "
+            f"Ignoring. ({', '.join(missing)})"
         )
     for callback in rebuilt:
         handler.add_callback(callback)
@@ -120,7 +120,7 @@ class TrainerCheckpointMixin(TrainerBase):
         output_dir = self.args.output_dir if output_dir is None else output_dir
         if not self.args.should_save:
             return
-        logger.info("Saving model to %s", output_dir)
+        logger.info("Saving model checkpoint to %s", output_dir)
         save_model(self.model, output_dir, processing_class=self._processing_to_save(), args=self.args)
 
     def save_state(self) -> None:
@@ -150,6 +150,8 @@ class TrainerCheckpointMixin(TrainerBase):
                 state.best_model_checkpoint = best
         self._export_callback_states()
         index, world, is_saver = self._process_layout()
+        if is_saver:
+            logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
         folder = save_checkpoint(
             run_dir,
             step,
@@ -170,7 +172,7 @@ class TrainerCheckpointMixin(TrainerBase):
             rotate_checkpoints(run_dir, args.save_total_limit, state.best_model_checkpoint)
         self._last_checkpoint = (state, step)  # this run's state object: a later train() has another
         self._last_save_seconds = time.perf_counter() - started
-        logger.info("Saved %s in %.2fs", folder, self._last_save_seconds)
+        logger.debug("Saved %s in %.2fs", folder, self._last_save_seconds)
 
     def _save_jit_checkpoint(self, trial: Any = None) -> str | None:
         """Save the state after the last completed optimizer step as ``checkpoint-{global_step}`` and stop.
@@ -233,7 +235,8 @@ class TrainerCheckpointMixin(TrainerBase):
         problem = checkpoint_problem(folder)
         if problem is not None:
             raise CheckpointError(
-                f"`train(resume_from_checkpoint={folder!r})` cannot resume from this folder: {problem}. "
+                f"Can't find a valid checkpoint at {folder}: {problem}. "  # transformers' words first
+                f"`train(resume_from_checkpoint={folder!r})` cannot resume from this folder. "
                 "Pass a complete `checkpoint-N` folder written during training (or `True` for the newest "
                 "complete one in output_dir).",
                 folder,
@@ -313,7 +316,7 @@ class TrainerCheckpointMixin(TrainerBase):
         if not self.args.restore_callback_states_from_checkpoint:
             return
         self.control = _restore_callbacks(self.callback_handler, self.control, self.state.stateful_callbacks)
-        logger.info("Continuing training from checkpoint, restoring the callbacks that were passed in.")
+        logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
 
     # --- the end of training -----------------------------------------------------------------
     def _after_training_checkpoints(self, trial: Any) -> None:

@@ -275,7 +275,7 @@ class TrainerEvalLoopMixin(TrainerBase):
             switch()
 
     def _log_eval_header(self, dataloader: Any, description: str) -> None:
-        logger.info("***** Running %s *****", description)
+        logger.info("\n***** Running %s *****", description)
         if has_length(dataloader):
             logger.info("  Num examples = %d", self.num_examples(dataloader))
         else:

@@ -19,6 +19,7 @@ from hf_lightning.trainer.base import TrainerBase
 from hf_lightning.trainer.loop import TrainLoopDriver
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
+from hf_lightning.utils.trainer_logs import log_train_header
 
 __all__ = ["TrainerTrainMixin"]
 
@@ -115,8 +116,17 @@ class TrainerTrainMixin(TrainerBase):
             self._load_optimizer_and_scheduler(resume_from_checkpoint)
         self._activate_neftune()
         self._apply_runtime_options()
-        self._log_run_header(
-            num_examples, num_train_epochs, num_update_steps_per_epoch, total_train_batch_size, max_steps
+        log_train_header(
+            logger,
+            self,
+            num_train_epochs,
+            num_update_steps_per_epoch,
+            num_examples,
+            total_train_batch_size,
+            max_steps,
+            epochs_trained,
+            steps_trained,
+            resume_from_checkpoint,
         )
         self._initial_num_input_tokens_seen = self.state.num_input_tokens_seen
         self._initial_global_step = self.state.global_step
@@ -173,6 +183,10 @@ class TrainerTrainMixin(TrainerBase):
             if os.path.isfile(path):
                 self.state = TrainerState.load_from_json(path)
                 if self.state.best_model_checkpoint and not os.path.isdir(self.state.best_model_checkpoint):
+                    logger.warning(
+                        f"The best checkpoint {self.state.best_model_checkpoint} recorded in the resumed state "
+                        "does not exist anymore. Ignoring it for this run."
+                    )
                     self.state.best_model_checkpoint = None
                 self._load_callback_state()
                 epochs_trained = int(self.state.global_step // num_update_steps_per_epoch)
@@ -282,24 +296,10 @@ class TrainerTrainMixin(TrainerBase):
         count = self.accelerator.reduce(count.to(self.accelerator.device), "sum")
         self.state.num_input_tokens_seen += int(count)
 
-    def _log_run_header(
-        self, num_examples: int, epochs: int, steps_per_epoch: int, total_batch: int, max_steps: int
-    ) -> None:
-        logger.info("***** Running training *****")
-        logger.info(
-            "  Num examples = %s, Num Epochs = %s, update steps per epoch = %s",
-            f"{num_examples:,}",
-            f"{epochs:,}",
-            f"{steps_per_epoch:,}",
-        )
-        logger.info(
-            "  Total train batch size = %s, Gradient Accumulation steps = %s, Total optimization steps = %s",
-            f"{total_batch:,}",
-            self.args.gradient_accumulation_steps,
-            f"{max_steps:,}",
-        )
-
     def _finalize_training(self, trial: Any, num_train_samples: int, start_time: float) -> TrainOutput:
+        logger.info(
+            "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n"
+        )
         self._total_loss_scalar += self._tr_loss.item()
         steps_run = self.state.global_step - self._initial_global_step
         train_loss = self._total_loss_scalar / max(steps_run, 0.001)

@@ -43,6 +43,7 @@ from hf_lightning.trainer_utils import (
     ensure_training_mode,
     set_seed,
 )
+from hf_lightning.utils.trainer_logs import configure_trainer_logging
 
 __all__ = ["Trainer"]
 
@@ -86,6 +87,9 @@ class Trainer(
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
+        configure_trainer_logging(args)  # log_level / log_level_replica, as transformers' __init__
+        if args.max_steps > 0 and args.num_train_epochs > 0:
+            logger.info("max_steps is given, it will override any value given in num_train_epochs")
         from hf_lightning.adapters.argument_table import check_supported
 
         check_supported(args)
