@@ -338,7 +338,7 @@ class TrainerCheckpointMixin(TrainerBase):
             if exc.path != os.fspath(best) or os.path.isdir(best):
                 raise
             logger.warning(
-                "Could not locate the best model in %s; with multi-node training on separate "
-                "storage, set `save_on_each_node=True`.",
+                "Could not locate the best model at %s, if you are running a distributed training "
+                "on multiple nodes, you should activate `--save_on_each_node`.",
                 best,
             )

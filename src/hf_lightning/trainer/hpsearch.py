@@ -222,7 +222,7 @@ class TrainerHPSearchMixin(TrainerBase):
         self._trial_run_name = self.hp_name(trial) if self.hp_name is not None else f"run-{run_id}"
         self._train_batch_size = self.args.train_batch_size
         self._hp_applied_trial = trial
-        logger.info("Trial %s: %s", run_id, params)
+        logger.info("Trial: %s", params)
 
     def _run_hp_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; returns its objective and, when no evaluation ran during training, the metrics

@@ -27,7 +27,7 @@ from logging import (  # noqa: F401 - the level constants are part of this modul
     WARNING,
 )
 
-from hf_lightning.utils.transformers_bridge import install_library_root
+from hf_lightning.utils.transformers_bridge import attach_twin_filter, install_library_root
 
 __all__ = [
     "CRITICAL",
@@ -132,9 +132,9 @@ def get_log_levels_dict() -> dict[str, int]:
 
 
 def get_logger(name: str | None = None) -> logging.Logger:
-    """The logger ``name`` (default: the library root ``hf_lightning``)."""
+    """The logger ``name`` (default: the library root ``hf_lightning``), bridged to its transformers twin."""
     _configure()
-    return logging.getLogger(LIBRARY_NAME if name is None else name)
+    return attach_twin_filter(logging.getLogger(LIBRARY_NAME if name is None else name))
 
 
 def get_verbosity() -> int:

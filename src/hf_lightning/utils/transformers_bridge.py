@@ -19,14 +19,20 @@ import logging
 import os
 import sys
 
-__all__ = ["TWINS", "TwinLoggerFilter", "install_library_root", "install_twin_filters", "twin_of"]
+__all__ = [
+    "TWINS",
+    "TwinLoggerFilter",
+    "attach_twin_filter",
+    "install_library_root",
+    "install_twin_filters",
+    "twin_of",
+]
 
 #: hf_lightning logger prefix -> the transformers logger whose records those modules reproduce
 TWINS: tuple[tuple[str, str], ...] = (
     ("hf_lightning.trainer.seq2seq", "transformers.trainer_seq2seq"),
     ("hf_lightning.trainer", "transformers.trainer"),
     ("hf_lightning.checkpoint", "transformers.trainer"),
-    ("hf_lightning.data", "transformers.trainer"),
     ("hf_lightning.callbacks", "transformers.trainer_callback"),
     ("hf_lightning.trainer_utils", "transformers.trainer_utils"),
     ("hf_lightning.args", "transformers.training_args"),
@@ -100,8 +106,15 @@ class TwinLoggerFilter(logging.Filter):
 _TWIN_FILTER = TwinLoggerFilter()
 
 
+def attach_twin_filter(logger: logging.Logger) -> logging.Logger:
+    """Give ``logger`` the twin filter when its name has a twin (idempotent); returns it."""
+    if twin_of(logger.name) and _TWIN_FILTER not in logger.filters:
+        logger.addFilter(_TWIN_FILTER)
+    return logger
+
+
 def install_twin_filters() -> None:
     """Attach the twin filter to every existing hf_lightning logger that has a twin (idempotent)."""
-    for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if isinstance(logger, logging.Logger) and twin_of(name) and _TWIN_FILTER not in logger.filters:
-            logger.addFilter(_TWIN_FILTER)
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            attach_twin_filter(logger)
