@@ -66,10 +66,15 @@ def _args(lib, output_dir, **kwargs):
 
 
 def _short_run(lib, output_dir) -> None:
-    """Train 2 steps (a checkpoint), evaluate, save, then resume from the checkpoint for 2 more steps."""
+    """Train 2 steps (an evaluation, a checkpoint, the best model loaded at the end), evaluate, save, then
+    resume from the checkpoint for 2 more steps."""
     data = causal_lm_data(16, ragged=False)
+    best = dict(eval_strategy="steps", eval_steps=2, load_best_model_at_end=True)
     first = lib.Trainer(
-        model=tiny_gpt2(), args=_args(lib, output_dir, max_steps=2), train_dataset=data, eval_dataset=data[:8]
+        model=tiny_gpt2(),
+        args=_args(lib, output_dir, max_steps=2, **best),
+        train_dataset=data,
+        eval_dataset=data[:8],
     )
     first.train()
     first.evaluate()
@@ -115,4 +120,43 @@ def test_info_lines_of_a_short_run_match(tmp_path, caplog, both_verbose):
 
     theirs = _captured_templates(transformers, tmp_path, caplog, "hf") - NOT_REPRODUCED
     ours = _captured_templates(hf_lightning, tmp_path, caplog, "ours")
+    assert (sorted(ours - theirs), sorted(theirs - ours)) == ([], [])
+
+
+def _warning_run(lib, output_dir) -> None:
+    """A duplicate callback, then EarlyStoppingCallback without load_best_model_at_end, for 2 steps."""
+    data = causal_lm_data(8, ragged=False)
+    args = _args(
+        lib, output_dir, max_steps=2, eval_strategy="steps", eval_steps=1, metric_for_best_model="loss"
+    )
+    trainer = lib.Trainer(
+        model=tiny_gpt2(),
+        args=args,
+        train_dataset=data,
+        eval_dataset=data[:4],
+        callbacks=[lib.EarlyStoppingCallback(early_stopping_patience=5)],
+    )
+    trainer.add_callback(lib.DefaultFlowCallback)
+    trainer.train()
+
+
+def _warning_templates(lib, tmp_path, caplog, name) -> set[str]:
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _warning_run(lib, tmp_path / name)
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    text = {
+        t.replace("transformers.", "").replace("hf_lightning.", "") for t in _templates(records, tmp_path)
+    }
+    return {re.sub(r"<class '[\w.]*?(\w+)'>", r"<class \1>", t) for t in text}
+
+
+def test_warnings_use_transformers_words(tmp_path, caplog, both_verbose):
+    """The Trainer's and the callbacks' warnings of a run say what transformers' say, word for word."""
+    import transformers
+
+    import hf_lightning
+
+    theirs = _warning_templates(transformers, tmp_path, caplog, "hf")
+    ours = _warning_templates(hf_lightning, tmp_path, caplog, "ours")
     assert (sorted(ours - theirs), sorted(theirs - ours)) == ([], [])
