@@ -13,7 +13,7 @@ import torch
 from hf_lightning import Trainer, TrainingArguments
 from hf_lightning.utils import logging as hf_logging
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
-from hf_lightning.utils.transformers_bridge import install_twin_filters, twin_of
+from hf_lightning.utils.transformers_bridge import install_library_root, install_twin_filters, twin_of
 from tests.tiny import RegressionModel, regression_data
 
 ROOT = "hf_lightning"
@@ -183,6 +183,43 @@ def test_own_verbosity_wins_over_transformers():
     finally:
         transformers_logging.set_verbosity(before)
     assert level == logging.ERROR
+
+
+def test_without_any_verbosity_the_application_decides(caplog):
+    """With no level of ours and transformers' at its default, the application's root level applies."""
+    with caplog.at_level(logging.INFO):
+        assert hf_logging.get_verbosity() == logging.INFO
+
+
+def test_set_verbosity_notset_follows_transformers_again():
+    """set_verbosity(NOTSET) drops our own level: transformers' verbosity governs again."""
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(logging.NOTSET)
+    transformers_logging.set_verbosity_debug()
+    try:
+        level = hf_logging.get_verbosity()
+    finally:
+        transformers_logging.set_verbosity(before)
+    assert level == logging.DEBUG
+
+
+def test_bridging_keeps_a_custom_logger_class():
+    """A library root created with a custom logger class keeps that class's methods once bridged."""
+
+    class Custom(logging.Logger):
+        def hello(self) -> str:
+            return "hi"
+
+    logging.setLoggerClass(Custom)
+    try:
+        probe = logging.getLogger("hf_lightning_probe_root")
+    finally:
+        logging.setLoggerClass(logging.Logger)
+    bridged = install_library_root("hf_lightning_probe_root")
+    assert bridged is probe and isinstance(bridged, Custom) and bridged.hello() == "hi"
 
 
 def test_twin_of_maps_the_trainer_modules():

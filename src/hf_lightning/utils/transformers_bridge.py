@@ -63,11 +63,11 @@ def _transformers_verbosity() -> int:
     return level
 
 
-class _LibraryRootLogger(logging.Logger):
-    """hf_lightning's root logger: without a level of its own, transformers' verbosity is its level."""
+class _BridgedLevel:
+    """A logger whose level, while none of its own is set, is transformers' verbosity (read live)."""
 
-    @property  # type: ignore[override]
-    def level(self) -> int:  # noqa: D102 - logging.Logger.level
+    @property
+    def level(self) -> int:
         own = self.__dict__.get("_own_level", logging.NOTSET)
         return own if own != logging.NOTSET else _transformers_verbosity()
 
@@ -76,14 +76,27 @@ class _LibraryRootLogger(logging.Logger):
         self.__dict__["_own_level"] = value
 
 
+class _LibraryRootLogger(_BridgedLevel, logging.Logger):
+    """hf_lightning's root logger (a plain ``logging.Logger`` with the bridged level)."""
+
+
 def install_library_root(name: str) -> logging.Logger:
-    """Make the logger ``name`` a bridged root (idempotent) and return it."""
+    """Make the logger ``name`` a bridged root (idempotent) and return it.
+
+    The existing logger object is kept (handlers, filters, references held by user code) and its class
+    gains the bridged level; a custom logger class (``logging.setLoggerClass``) keeps its own methods.
+    """
     logger = logging.getLogger(name)
-    if not isinstance(logger, _LibraryRootLogger):
+    if not isinstance(logger, _BridgedLevel):
         own = logger.__dict__.pop("level", logging.NOTSET)
-        logger.__class__ = _LibraryRootLogger
-        logger.level = own
-        logging.Logger.manager._clear_cache()
+        kind = type(logger)
+        bridged = (
+            _LibraryRootLogger
+            if kind is logging.Logger
+            else type(f"Bridged{kind.__name__}", (_BridgedLevel, kind), {})
+        )
+        logger.__class__ = bridged
+        logger.setLevel(own)  # also clears the loggers' cached isEnabledFor answers
     return logger
 
 
