@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from hf_lightning._moved import install_moved_module_aliases
+from hf_lightning.utils.logging import get_logger as _library_logger
 
 __version__ = "0.1.0"
 
@@ -55,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "Adafactor": "optim",
     "CheckpointError": "checkpoint",
     "DataCollatorWithPadding": "data",
+    "logging": "utils",  # transformers.logging's place: hf_lightning.utils.logging
     # facade
     "Trainer": "trainer",
     "Seq2SeqTrainer": "trainer",
@@ -64,6 +66,7 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 install_moved_module_aliases()
+_library_logger()  # the `hf_lightning` root logger and its bridge to transformers' verbosity (docs/logging.md)
 
 
 def __getattr__(name: str) -> Any:

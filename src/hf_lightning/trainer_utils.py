@@ -25,17 +25,20 @@ import torch
 from hf_lightning.trainer_utils_memory import TrainerMemoryTracker, find_executable_batch_size
 
 if TYPE_CHECKING:
-    from hf_lightning.args.enums import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.args.enums import FSDPOption, HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.data import RemoveColumnsCollator
 
 __all__ = [
     "BestRun",
     "EvalLoopOutput",
     "EvalPrediction",
+    "FSDPOption",
     "HubStrategy",
     "INCOMPLETE_CHECKPOINT_MARKER",
     "IntervalStrategy",
     "PREFIX_CHECKPOINT_DIR",
     "PredictionOutput",
+    "RemoveColumnsCollator",
     "SaveStrategy",
     "SchedulerType",
     "TrainOutput",
@@ -58,7 +61,14 @@ logger = logging.getLogger(__name__)
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 #: A checkpoint folder holding this file was not completely written (the save was interrupted).
 INCOMPLETE_CHECKPOINT_MARKER = "checkpoint-is-incomplete.txt"
-_ENUM_NAMES = ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy")
+#: names transformers.trainer_utils also exposes, re-exported on first use: name -> home module
+_REEXPORTS = {
+    **dict.fromkeys(
+        ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy", "FSDPOption"),
+        "hf_lightning.args.enums",
+    ),
+    "RemoveColumnsCollator": "hf_lightning.data",
+}
 
 
 # --- Outputs ---
@@ -296,17 +306,16 @@ def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) 
 
 
 def __getattr__(name: str) -> Any:
-    """Re-export the strategy enums from ``hf_lightning.args.enums`` on first use."""
-    if name not in _ENUM_NAMES:
+    """Re-export the strategy enums (``hf_lightning.args.enums``) and ``RemoveColumnsCollator`` on first use."""
+    home = _REEXPORTS.get(name)
+    if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        enums = importlib.import_module("hf_lightning.args.enums")
+        module = importlib.import_module(home)
     except ModuleNotFoundError as error:
-        if error.name != "hf_lightning.args.enums":
+        if error.name != home:
             raise
-        raise AttributeError(
-            f"{name} is defined in hf_lightning.args.enums, which is not installed"
-        ) from error
-    value = getattr(enums, name)
+        raise AttributeError(f"{name} is defined in {home}, which is not installed") from error
+    value = getattr(module, name)
     globals()[name] = value
     return value

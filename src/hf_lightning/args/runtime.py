@@ -17,13 +17,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hf_lightning.args.enums import ParallelMode
+from hf_lightning.utils import logging as hf_logging
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["LOG_LEVELS", "RuntimeMixin", "resolve_steps"]
 
-logger = logging.getLogger("hf_lightning")
+logger = hf_logging.get_logger(__name__)
 
 # Names accepted by ``log_level``; "passive" (-1) leaves the level the application set.
 LOG_LEVELS = {
@@ -101,6 +102,9 @@ class RuntimeMixin:
     @property
     def device(self) -> torch.device:
         """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
+        if not self.__dict__.get("_devices_announced"):  # transformers logs its device setup once
+            self.__dict__["_devices_announced"] = True
+            logger.info("PyTorch: setting up devices")
         torch = _torch()
         if self.use_cpu or not torch.cuda.is_available():
             return torch.device("cpu")
@@ -144,10 +148,14 @@ class RuntimeMixin:
         return None
 
     def get_process_log_level(self) -> int:
-        """Log level of this process: log_level on the logging process, log_level_replica elsewhere."""
+        """Log level of this process: log_level on the logging process, log_level_replica elsewhere.
+
+        "passive" is the library verbosity (``hf_lightning.utils.logging.get_verbosity()``), which follows
+        transformers' when a script set that (``docs/logging.md``).
+        """
         name = self.log_level if self.should_log else self.log_level_replica
         level = LOG_LEVELS[name]
-        return logger.getEffectiveLevel() if level == -1 else level
+        return hf_logging.get_verbosity() if level == -1 else level
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""

@@ -282,8 +282,9 @@ class TrainingArguments(RuntimeMixin, SettersMixin):
     __repr__ = __str__
 
     def to_dict(self) -> dict[str, Any]:
-        """The init fields as plain values: enums become strings, tokens are masked as ``<HUB_TOKEN>``."""
-        return {name: _plain(name, getattr(self, name)) for name in _init_names(self)}
+        """The init fields as plain values: enums become strings, tokens are masked as ``<HUB_TOKEN>``,
+        a ``torch.dtype`` (a top-level field or a ``dtype`` key of a dict field) its name, ``"bfloat16"``."""
+        return _dtypes_to_str({name: _plain(name, getattr(self, name)) for name in _init_names(self)})
 
     def to_json_string(self) -> str:
         """`to_dict` as indented JSON."""
@@ -321,12 +322,18 @@ def _plain(name: str, value: Any) -> Any:
 
 
 def _dtypes_to_str(d: dict) -> dict:
-    """A copy of ``d`` where a ``dtype`` key holding a ``torch.dtype`` becomes its short name, recursively."""
+    """A copy of ``d`` where a ``dtype`` key holding a ``torch.dtype`` becomes its short name, recursively;
+    any other ``torch.dtype`` value of ``d`` itself too (it would not survive ``to_json_string``)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
             v = _dtypes_to_str(v)
-        elif k == "dtype" and v is not None and not isinstance(v, str):
+        elif (k == "dtype" and v is not None and not isinstance(v, str)) or _is_torch_dtype(v):
             v = str(v).split(".")[-1]
         out[k] = v
     return out
+
+
+def _is_torch_dtype(value: Any) -> bool:
+    kind = type(value)
+    return kind.__name__ == "dtype" and kind.__module__ == "torch"

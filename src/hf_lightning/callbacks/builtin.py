@@ -187,8 +187,8 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
     def on_train_begin(self, args, state, control, **kwargs):
         if not args.load_best_model_at_end:
             logger.warning(
-                "EarlyStoppingCallback is used without `load_best_model_at_end=True`: the best model will "
-                "not be loaded when training ends."
+                "Using EarlyStoppingCallback without load_best_model_at_end=True. "
+                "Once training is finished, the best model will not be loaded automatically."
             )
         if args.metric_for_best_model is None:
             raise ValueError(
@@ -208,10 +208,9 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
         value = metrics.get(name)
         if value is None:
             logger.warning(
-                "EarlyStoppingCallback watches %s, which is not in the evaluation metrics %s; early stopping "
-                "is disabled for this evaluation.",
+                "early stopping required metric_for_best_model, but did not find %s so early stopping"
+                " is disabled",
                 name,
-                sorted(metrics),
             )
             return
         self.check_metric_value(args, state, control, value)

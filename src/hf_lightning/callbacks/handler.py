@@ -40,9 +40,10 @@ class CallbackHandler(TrainerCallback):
         from hf_lightning.callbacks.builtin import DefaultFlowCallback
 
         if not any(isinstance(cb, DefaultFlowCallback) for cb in self.callbacks):
-            logger.warning(
-                "The Trainer will not log, evaluate or save on schedule without a DefaultFlowCallback; add one "
-                "with `trainer.add_callback(DefaultFlowCallback)`. Current callbacks:\n%s",
+            logger.warning(  # transformers' words, to the character
+                "The Trainer will not work properly if you don't have a `DefaultFlowCallback` in its callbacks. You\n"
+                "should add one before training with `trainer.add_callback(DefaultFlowCallback). The current list of"
+                "callbacks is\n:%s",
                 self.callback_list,
             )
 
@@ -53,8 +54,9 @@ class CallbackHandler(TrainerCallback):
         instance = callback() if isinstance(callback, type) else callback
         cls = callback if isinstance(callback, type) else type(callback)
         if cls in [type(cb) for cb in self.callbacks]:
-            logger.warning(
-                "Adding a %s to the Trainer's callbacks, but there is already one. Current callbacks:\n%s",
+            logger.warning(  # transformers' words, to the character
+                "You are adding a %s to the callbacks of this Trainer, but there is already one. The current"
+                "list of callbacks is\n:%s",
                 cls,
                 self.callback_list,
             )

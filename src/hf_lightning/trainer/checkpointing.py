@@ -104,8 +104,8 @@ def _restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, 
                 handler.remove_callback(type(new))
     if missing:
         logger.warning(
-            "The checkpoint holds states of callbacks this Trainer does not have; ignoring: %s",
-            ", ".join(missing),
+            "Checkpoint included callbacks not included in current configuration. "
+            f"Ignoring. ({', '.join(missing)})"
         )
     for callback in rebuilt:
         handler.add_callback(callback)
@@ -135,7 +135,7 @@ class CheckpointPolicy:
         output_dir = str(t.args.output_dir) if output_dir is None else output_dir
         if not t.args.should_save:
             return
-        logger.info("Saving model to %s", output_dir)
+        logger.info("Saving model checkpoint to %s", output_dir)
         save_model(t.model, output_dir, processing_class=self.processing_to_save(), args=t.args)
 
     def save_state(self) -> None:
@@ -168,6 +168,8 @@ class CheckpointPolicy:
         tracked = _value(args.save_strategy) in _SAVING_STRATEGIES and state.best_global_step
         self.export_callback_states()
         index, world, is_saver = self.process_layout()
+        if is_saver:
+            logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
 
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
@@ -199,7 +201,7 @@ class CheckpointPolicy:
         )
         self.last_checkpoint = (state, step)  # this run's state object: a later train() has another
         self.last_save_seconds = time.perf_counter() - started
-        logger.info("Saved %s in %.2fs", folder, self.last_save_seconds)
+        logger.debug("Saved %s in %.2fs", folder, self.last_save_seconds)
 
     def save_jit_checkpoint(self, trial: Any = None) -> str | None:
         """Save the state after the last completed optimizer step as ``checkpoint-{global_step}`` and stop.
@@ -267,7 +269,8 @@ class CheckpointPolicy:
         problem = checkpoint_problem(folder)
         if problem is not None:
             raise CheckpointError(
-                f"`train(resume_from_checkpoint={folder!r})` cannot resume from this folder: {problem}. "
+                f"Can't find a valid checkpoint at {folder}: {problem}. "  # transformers' words first
+                f"`train(resume_from_checkpoint={folder!r})` cannot resume from this folder. "
                 "Pass a complete `checkpoint-N` folder written during training (or `True` for the newest "
                 "complete one in output_dir).",
                 folder,
@@ -340,7 +343,7 @@ class CheckpointPolicy:
         if not t.args.restore_callback_states_from_checkpoint:
             return
         t.control = _restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
-        logger.info("Continuing training from checkpoint, restoring the callbacks that were passed in.")
+        logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
 
     # --- the end of training -----------------------------------------------------------------
     def after_training(self, trial: Any) -> None:
@@ -365,7 +368,7 @@ class CheckpointPolicy:
             if exc.path != os.fspath(best) or os.path.isdir(best):
                 raise
             logger.warning(
-                "Could not locate the best model in %s; with multi-node training on separate "
-                "storage, set `save_on_each_node=True`.",
+                "Could not locate the best model at %s, if you are running a distributed training "
+                "on multiple nodes, you should activate `--save_on_each_node`.",
                 best,
             )

@@ -259,8 +259,8 @@ class DataLoaderBuilder:
             )
         if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
             logger.warning(
-                "`TrainingArguments(train_sampling_strategy=%r)` is ignored: the training dataset "
-                "is an IterableDataset, whose examples are read in the dataset's own order.",
+                "`train_sampling_strategy='%s'` is ignored because the training dataset does not implement "
+                "`__len__` (e.g. an `IterableDataset`). Examples will be consumed in the dataset's own order.",
                 args.train_sampling_strategy,
             )
         if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it

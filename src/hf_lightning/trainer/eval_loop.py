@@ -289,7 +289,7 @@ class EvaluationLoop:
             switch()
 
     def _log_eval_header(self, dataloader: Any, description: str) -> None:
-        logger.info("***** Running %s *****", description)
+        logger.info("\n***** Running %s *****", description)
         if has_length(dataloader):
             logger.info("  Num examples = %d", self.trainer.num_examples(dataloader))
         else:

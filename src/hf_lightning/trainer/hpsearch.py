@@ -234,7 +234,7 @@ class SearchRunner:
         self.trial_run_name = t.hp_name(trial) if t.hp_name is not None else f"run-{run_id}"
         t._train_batch_size = t.args.train_batch_size
         self.applied_trial = trial
-        logger.info("Trial %s: %s", run_id, params)
+        logger.info("Trial: %s", params)
 
     def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; returns its objective and, when no evaluation ran during training, the metrics

@@ -27,6 +27,7 @@ from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
+from hf_lightning.utils.trainer_logs import log_train_header
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
@@ -124,7 +125,18 @@ class TrainLauncher:
             t._load_optimizer_and_scheduler(resume_from_checkpoint)
         t._activate_neftune()
         self.apply_runtime_options()
-        self._log_run_header(num_examples, epochs, steps_per_epoch, total_batch, max_steps)
+        log_train_header(
+            logger,
+            t,
+            epochs,
+            steps_per_epoch,
+            num_examples,
+            total_batch,
+            max_steps,
+            epochs_trained,
+            steps_trained,
+            resume_from_checkpoint,
+        )
         t.run.begin(trial, ignore_keys_for_eval)
         driver = TrainLoopDriver(
             t,
@@ -173,6 +185,10 @@ class TrainLauncher:
             if os.path.isfile(path):
                 t.state = TrainerState.load_from_json(path)
                 if t.state.best_model_checkpoint and not os.path.isdir(t.state.best_model_checkpoint):
+                    logger.warning(
+                        f"The best checkpoint {t.state.best_model_checkpoint} recorded in the resumed state "
+                        "does not exist anymore. Ignoring it for this run."
+                    )
                     t.state.best_model_checkpoint = None
                 t._load_callback_state()
                 epochs_trained = int(t.state.global_step // num_update_steps_per_epoch)
@@ -237,24 +253,10 @@ class TrainLauncher:
         except (NameError, AttributeError, TypeError):
             return len(dataloader) * self.trainer.args.per_device_train_batch_size
 
-    def _log_run_header(
-        self, num_examples: int, epochs: int, steps_per_epoch: int, total_batch: int, max_steps: int
-    ) -> None:
-        logger.info("***** Running training *****")
-        logger.info(
-            "  Num examples = %s, Num Epochs = %s, update steps per epoch = %s",
-            f"{num_examples:,}",
-            f"{epochs:,}",
-            f"{steps_per_epoch:,}",
-        )
-        logger.info(
-            "  Total train batch size = %s, Gradient Accumulation steps = %s, Total optimization steps = %s",
-            f"{total_batch:,}",
-            self.trainer.args.gradient_accumulation_steps,
-            f"{max_steps:,}",
-        )
-
     def _finalize(self, trial: Any, num_train_samples: int) -> TrainOutput:
+        logger.info(
+            "\n\nTraining completed. Do not forget to share your model on huggingface.co/models =)\n\n"
+        )
         t = self.trainer
         train_loss, steps_run = t.run.train_loss()
         metrics = speed_metrics(

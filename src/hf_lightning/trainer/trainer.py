@@ -59,6 +59,7 @@ from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
+from hf_lightning.utils.trainer_logs import configure_trainer_logging
 
 __all__ = ["Trainer"]
 
@@ -101,6 +102,9 @@ class Trainer:
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
+        configure_trainer_logging(args)  # log_level / log_level_replica, as transformers' __init__
+        if args.max_steps > 0 and args.num_train_epochs > 0:
+            logger.info("max_steps is given, it will override any value given in num_train_epochs")
         from hf_lightning.adapters.argument_table import check_supported
 
         check_supported(args)

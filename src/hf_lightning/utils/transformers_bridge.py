@@ -1,0 +1,133 @@
+"""How a script's transformers logging settings govern hf_lightning's records.
+
+Scripts written for transformers set *its* verbosity (``transformers.utils.logging.set_verbosity_info()``)
+and configure *its* loggers (``logging.getLogger("transformers.trainer").setLevel(...)``). With the
+Trainer API swapped for hf_lightning's, two bridges keep those settings meaningful:
+
+- **verbosity**: hf_lightning's root logger, while no level was set on it, takes transformers' library
+  verbosity as its level, read live each time, once a script changed it from transformers' default
+  (WARNING) or set ``TRANSFORMERS_VERBOSITY``. Nothing is imported: transformers counts only when loaded.
+- **twin loggers**: each hf_lightning module speaking for a transformers module has a *twin* logger
+  (``hf_lightning.trainer.*`` -> ``transformers.trainer``, see :data:`TWINS`). A record of ours is
+  dropped when its twin is disabled, has a level of its own above the record's, or a filter of its own
+  rejects it; handlers attached to the twin itself receive it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+__all__ = [
+    "TWINS",
+    "TwinLoggerFilter",
+    "attach_twin_filter",
+    "install_library_root",
+    "install_twin_filters",
+    "twin_of",
+]
+
+#: hf_lightning logger prefix -> the transformers logger whose records those modules reproduce
+TWINS: tuple[tuple[str, str], ...] = (
+    ("hf_lightning.trainer.seq2seq", "transformers.trainer_seq2seq"),
+    ("hf_lightning.trainer", "transformers.trainer"),
+    ("hf_lightning.checkpoint", "transformers.trainer"),
+    ("hf_lightning.callbacks", "transformers.trainer_callback"),
+    ("hf_lightning.trainer_utils", "transformers.trainer_utils"),
+    ("hf_lightning.args", "transformers.training_args"),
+    ("hf_lightning.optim", "transformers.optimization"),
+)
+
+_TRANSFORMERS_ROOT = "transformers"
+
+
+def twin_of(name: str) -> str | None:
+    """The transformers logger name that ``name`` speaks for, or None."""
+    for prefix, twin in TWINS:
+        if name == prefix or name.startswith(prefix + "."):
+            return twin
+    return None
+
+
+def _transformers_verbosity() -> int:
+    """transformers' library level when a script changed it, else NOTSET."""
+    if _TRANSFORMERS_ROOT not in sys.modules:
+        return logging.NOTSET
+    existing = logging.Logger.manager.loggerDict.get(_TRANSFORMERS_ROOT)
+    if not isinstance(existing, logging.Logger):
+        return logging.NOTSET
+    level = existing.level
+    if level == logging.WARNING and not os.environ.get("TRANSFORMERS_VERBOSITY"):
+        return logging.NOTSET  # transformers' untouched default: the application decides
+    return level
+
+
+class _BridgedLevel:
+    """A logger whose level, while none of its own is set, is transformers' verbosity (read live)."""
+
+    @property
+    def level(self) -> int:
+        own = self.__dict__.get("_own_level", logging.NOTSET)
+        return own if own != logging.NOTSET else _transformers_verbosity()
+
+    @level.setter
+    def level(self, value: int) -> None:
+        self.__dict__["_own_level"] = value
+
+
+class _LibraryRootLogger(_BridgedLevel, logging.Logger):
+    """hf_lightning's root logger (a plain ``logging.Logger`` with the bridged level)."""
+
+
+def install_library_root(name: str) -> logging.Logger:
+    """Make the logger ``name`` a bridged root (idempotent) and return it.
+
+    The existing logger object is kept (handlers, filters, references held by user code) and its class
+    gains the bridged level; a custom logger class (``logging.setLoggerClass``) keeps its own methods.
+    """
+    logger = logging.getLogger(name)
+    if not isinstance(logger, _BridgedLevel):
+        own = logger.__dict__.pop("level", logging.NOTSET)
+        kind = type(logger)
+        bridged = (
+            _LibraryRootLogger
+            if kind is logging.Logger
+            else type(f"Bridged{kind.__name__}", (_BridgedLevel, kind), {})
+        )
+        logger.__class__ = bridged
+        logger.setLevel(own)  # also clears the loggers' cached isEnabledFor answers
+    return logger
+
+
+class TwinLoggerFilter(logging.Filter):
+    """Apply the twin transformers logger's own level, filters and handlers to a record of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = twin_of(record.name)
+        twin = logging.Logger.manager.loggerDict.get(name) if name else None
+        if not isinstance(twin, logging.Logger):
+            return True
+        if twin.disabled or record.levelno < twin.level or not twin.filter(record):
+            return False
+        for handler in twin.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+        return True
+
+
+_TWIN_FILTER = TwinLoggerFilter()
+
+
+def attach_twin_filter(logger: logging.Logger) -> logging.Logger:
+    """Give ``logger`` the twin filter when its name has a twin (idempotent); returns it."""
+    if twin_of(logger.name) and _TWIN_FILTER not in logger.filters:
+        logger.addFilter(_TWIN_FILTER)
+    return logger
+
+
+def install_twin_filters() -> None:
+    """Attach the twin filter to every existing hf_lightning logger that has a twin (idempotent)."""
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            attach_twin_filter(logger)

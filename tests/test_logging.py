@@ -1,0 +1,276 @@
+"""hf_lightning.utils.logging: transformers' logging API for hf_lightning, log_level applied, the bridges."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+
+import pytest
+import torch
+
+from hf_lightning import Trainer, TrainingArguments
+from hf_lightning.utils import logging as hf_logging
+from hf_lightning.utils.trainer_logs import configure_trainer_logging
+from hf_lightning.utils.transformers_bridge import install_library_root, install_twin_filters, twin_of
+from tests.tiny import RegressionModel, regression_data
+
+ROOT = "hf_lightning"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Each test starts from the library defaults and leaves them so."""
+    root = hf_logging.get_logger()
+    saved = (root.__dict__.get("_own_level", logging.NOTSET), root.propagate, list(root.handlers))
+    twin = logging.getLogger("transformers.trainer")
+    twin_saved = (twin.level, list(twin.filters), list(twin.handlers), twin.disabled)
+    root.setLevel(logging.NOTSET)
+    yield
+    root.setLevel(saved[0])
+    root.propagate, root.handlers[:] = saved[1], saved[2]
+    twin.setLevel(twin_saved[0])
+    twin.filters[:], twin.handlers[:], twin.disabled = twin_saved[1], twin_saved[2], twin_saved[3]
+
+
+def _args(tmp_path, **kwargs):
+    return TrainingArguments(
+        output_dir=str(tmp_path), report_to="none", use_cpu=True, disable_tqdm=True, **kwargs
+    )
+
+
+def test_level_constants_are_the_logging_levels():
+    """The level constants are the standard library's."""
+    assert (hf_logging.DEBUG, hf_logging.INFO, hf_logging.WARNING, hf_logging.ERROR) == (10, 20, 30, 40)
+
+
+def test_get_logger_without_name_is_the_library_root():
+    """get_logger() returns the `hf_lightning` root logger."""
+    assert hf_logging.get_logger().name == ROOT
+
+
+def test_set_verbosity_info_sets_the_library_verbosity():
+    """set_verbosity_info makes get_verbosity 20 and enables INFO on hf_lightning's loggers."""
+    hf_logging.set_verbosity_info()
+    assert hf_logging.get_verbosity() == logging.INFO
+    assert logging.getLogger("hf_lightning.trainer.train").isEnabledFor(logging.INFO)
+
+
+def test_set_verbosity_helpers_set_their_levels():
+    """set_verbosity_debug/_warning/_error set DEBUG, WARNING and ERROR."""
+    seen = []
+    for setter in (
+        hf_logging.set_verbosity_debug,
+        hf_logging.set_verbosity_warning,
+        hf_logging.set_verbosity_error,
+    ):
+        setter()
+        seen.append(hf_logging.get_verbosity())
+    assert seen == [logging.DEBUG, logging.WARNING, logging.ERROR]
+
+
+def test_passive_log_level_follows_the_library_verbosity(tmp_path):
+    """get_process_log_level() with log_level='passive' is the library verbosity."""
+    hf_logging.set_verbosity_info()
+    assert _args(tmp_path).get_process_log_level() == logging.INFO
+
+
+def test_trainer_applies_log_level(tmp_path):
+    """Trainer(args=log_level='info') sets the library verbosity to INFO, as transformers' Trainer does."""
+    Trainer(model=RegressionModel(), args=_args(tmp_path, log_level="info"))
+    assert hf_logging.get_verbosity() == logging.INFO
+
+
+def test_trainer_with_passive_log_level_keeps_following(tmp_path):
+    """The default log_level='passive' sets no level of hf_lightning's own."""
+    Trainer(model=RegressionModel(), args=_args(tmp_path))
+    assert hf_logging.get_logger().__dict__["_own_level"] == logging.NOTSET
+
+
+def test_replica_uses_log_level_replica(tmp_path, monkeypatch):
+    """On a process that does not log, log_level_replica is the level applied."""
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    configure_trainer_logging(_args(tmp_path, log_level="info", log_level_replica="error"))
+    assert hf_logging.get_verbosity() == logging.ERROR
+
+
+def test_log_level_info_prints_the_training_header(tmp_path, caplog):
+    """With log_level='info', train() logs transformers' '***** Running training *****' block."""
+    trainer = Trainer(
+        model=RegressionModel(),
+        args=_args(tmp_path, log_level="info", max_steps=2, save_strategy="no"),
+        train_dataset=regression_data(16),
+    )
+    with caplog.at_level(logging.INFO):
+        trainer.train()
+    messages = [r.getMessage() for r in caplog.records]
+    assert "***** Running training *****" in messages
+    assert "  Total optimization steps = 2" in messages
+
+
+def test_default_handler_prints_when_the_application_has_no_handler(monkeypatch):
+    """Without handlers of the application, a record is printed on stderr as '[hf_lightning] message'."""
+    stream = io.StringIO()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    monkeypatch.setattr("sys.stderr", stream)
+    hf_logging.set_verbosity_info()
+    logging.getLogger("hf_lightning.trainer.train").info("hello")
+    assert stream.getvalue() == "[hf_lightning] hello\n"
+
+
+def test_default_handler_stays_quiet_when_the_application_has_a_handler(monkeypatch, caplog):
+    """With a handler on the root logger (here pytest's), the default handler prints nothing."""
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    hf_logging.set_verbosity_info()
+    logging.getLogger("hf_lightning.trainer.train").info("hello")
+    assert stream.getvalue() == ""
+
+
+def test_disable_default_handler_removes_it():
+    """disable_default_handler / enable_default_handler remove and restore the stderr handler."""
+    hf_logging.disable_default_handler()
+    without = len(hf_logging.get_logger().handlers)
+    hf_logging.enable_default_handler()
+    assert len(hf_logging.get_logger().handlers) == without + 1
+
+
+def test_disable_propagation_stops_records_at_the_library_root(caplog):
+    """disable_propagation keeps records from the application's handlers."""
+    hf_logging.set_verbosity_info()
+    hf_logging.disable_propagation()
+    logging.getLogger("hf_lightning.x").info("kept inside")
+    hf_logging.enable_propagation()
+    logging.getLogger("hf_lightning.x").info("reaches the root")
+    assert [r.getMessage() for r in caplog.records] == ["reaches the root"]
+
+
+def test_explicit_format_and_reset_format():
+    """enable_explicit_format gives the root's handlers transformers' explicit format; reset_format clears it."""
+    handler = logging.StreamHandler(io.StringIO())
+    hf_logging.add_handler(handler)
+    hf_logging.enable_explicit_format()
+    explicit = handler.formatter._fmt
+    hf_logging.reset_format()
+    hf_logging.remove_handler(handler)
+    assert explicit.startswith("[%(levelname)s|%(filename)s:%(lineno)s]")
+    assert handler.formatter is None
+
+
+def test_transformers_verbosity_governs_ours():
+    """transformers' set_verbosity_info() makes hf_lightning's verbosity INFO too."""
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_info()
+    try:
+        level = hf_logging.get_verbosity()
+    finally:
+        transformers_logging.set_verbosity(before)
+    assert level == logging.INFO
+
+
+def test_own_verbosity_wins_over_transformers():
+    """A verbosity set through hf_lightning is kept whatever transformers' is."""
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    transformers_logging.set_verbosity_info()
+    try:
+        level = hf_logging.get_verbosity()
+    finally:
+        transformers_logging.set_verbosity(before)
+    assert level == logging.ERROR
+
+
+def test_without_any_verbosity_the_application_decides(caplog):
+    """With no level of ours and transformers' at its default, the application's root level applies."""
+    with caplog.at_level(logging.INFO):
+        assert hf_logging.get_verbosity() == logging.INFO
+
+
+def test_set_verbosity_notset_follows_transformers_again():
+    """set_verbosity(NOTSET) drops our own level: transformers' verbosity governs again."""
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(logging.NOTSET)
+    transformers_logging.set_verbosity_debug()
+    try:
+        level = hf_logging.get_verbosity()
+    finally:
+        transformers_logging.set_verbosity(before)
+    assert level == logging.DEBUG
+
+
+def test_bridging_keeps_a_custom_logger_class():
+    """A library root created with a custom logger class keeps that class's methods once bridged."""
+
+    class Custom(logging.Logger):
+        def hello(self) -> str:
+            return "hi"
+
+    logging.setLoggerClass(Custom)
+    try:
+        probe = logging.getLogger("hf_lightning_probe_root")
+    finally:
+        logging.setLoggerClass(logging.Logger)
+    bridged = install_library_root("hf_lightning_probe_root")
+    assert bridged is probe and isinstance(bridged, Custom) and bridged.hello() == "hi"
+
+
+def test_twin_of_maps_the_trainer_modules():
+    """hf_lightning.trainer.* speaks for transformers.trainer, hf_lightning.callbacks.* for trainer_callback."""
+    assert twin_of("hf_lightning.trainer.checkpointing") == "transformers.trainer"
+    assert twin_of("hf_lightning.callbacks.builtin") == "transformers.trainer_callback"
+    assert twin_of("hf_lightning.trainer_utils_memory") is None
+
+
+def test_silencing_the_transformers_trainer_logger_silences_ours(caplog):
+    """A level set on logging.getLogger('transformers.trainer') applies to hf_lightning.trainer.* records."""
+    hf_logging.set_verbosity_info()
+    logging.getLogger("hf_lightning.trainer.train")
+    install_twin_filters()
+    logging.getLogger("transformers.trainer").setLevel(logging.ERROR)
+    logging.getLogger("hf_lightning.trainer.train").warning("dropped")
+    assert caplog.records == []
+
+
+def test_a_handler_on_the_transformers_trainer_logger_receives_ours():
+    """A handler attached to transformers.trainer (e.g. a CaptureLogger) also receives our trainer records."""
+    stream = io.StringIO()
+    logging.getLogger("transformers.trainer").addHandler(logging.StreamHandler(stream))
+    install_twin_filters()
+    logging.getLogger("hf_lightning.trainer.train").warning("seen")
+    assert stream.getvalue() == "seen\n"
+
+
+@dataclasses.dataclass
+class _ArgsWithDtype(TrainingArguments):
+    dtype: torch.dtype = torch.bfloat16
+    compute_dtype: torch.dtype = torch.float16
+
+
+def test_to_dict_names_a_top_level_dtype(tmp_path):
+    """to_dict() turns a torch.dtype field into its name ('bfloat16'), as transformers does for `dtype`."""
+    d = _ArgsWithDtype(output_dir=str(tmp_path), report_to="none").to_dict()
+    assert (d["dtype"], d["compute_dtype"]) == ("bfloat16", "float16")
+
+
+def test_to_json_string_accepts_a_dtype_field(tmp_path):
+    """A dtype field no longer breaks to_json_string (training_args.json)."""
+    text = _ArgsWithDtype(output_dir=str(tmp_path), report_to="none").to_json_string()
+    assert json.loads(text)["dtype"] == "bfloat16"
+
+
+def test_bad_resume_path_names_it_as_transformers_does(tmp_path):
+    """train(resume_from_checkpoint=<no checkpoint>) raises transformers' "Can't find a valid checkpoint at"."""
+    trainer = Trainer(
+        model=RegressionModel(), args=_args(tmp_path, max_steps=1), train_dataset=regression_data(8)
+    )
+    missing = str(tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=f"Can't find a valid checkpoint at {missing}"):
+        trainer.train(resume_from_checkpoint=missing)

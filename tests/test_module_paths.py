@@ -1,0 +1,104 @@
+"""transformers' Trainer-API module paths exist under hf_lightning with the names we implement.
+
+Replacing ``transformers`` by ``hf_lightning`` on a script's Trainer-API import lines is enough:
+``from transformers.trainer_utils import get_last_checkpoint`` becomes
+``from hf_lightning.trainer_utils import get_last_checkpoint``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+pytest.importorskip("transformers")
+
+#: the submodules transformers' example scripts and user code import Trainer-API names from
+MODULES = (
+    "trainer_callback",
+    "trainer_utils",
+    "training_args",
+    "training_args_seq2seq",
+    "hf_argparser",
+    "trainer_seq2seq",
+    "optimization",
+    "trainer_pt_utils",
+)
+
+#: where hf_lightning's implemented names are listed
+OUR_PACKAGES = (
+    "hf_lightning",
+    "hf_lightning.args",
+    "hf_lightning.callbacks",
+    "hf_lightning.data",
+    "hf_lightning.optim",
+    "hf_lightning.trainer",
+    "hf_lightning.trainer_utils",
+)
+
+#: names transformers has there that mean something else in hf_lightning
+SAME_NAME_OTHER_THING = {
+    # transformers': a Trainer method taking the Trainer; ours (hf_lightning.optim) takes the optimizer
+    ("trainer_pt_utils", "get_learning_rates"),
+}
+
+
+def _implemented() -> set[str]:
+    names: set[str] = set()
+    for package in OUR_PACKAGES:
+        names |= set(importlib.import_module(package).__all__)
+    return names
+
+
+def _cases() -> list[tuple[str, str]]:
+    implemented = _implemented()
+    cases = []
+    for module in MODULES:
+        theirs = importlib.import_module(f"transformers.{module}")
+        public = {
+            name
+            for name in dir(theirs)
+            if not name.startswith("_") and not inspect.ismodule(getattr(theirs, name))
+        }
+        cases += [(module, name) for name in sorted(public & implemented)]
+    return [case for case in cases if case not in SAME_NAME_OTHER_THING]
+
+
+@pytest.mark.parametrize(("module", "name"), _cases())
+def test_name_imports_from_our_module_of_the_same_path(module, name):
+    """Each implemented name of transformers.<module> imports from hf_lightning.<module>."""
+    ours = importlib.import_module(f"hf_lightning.{module}")
+    assert getattr(ours, name) is not None
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_our_module_lists_its_names_in_all(module):
+    """Every hf_lightning.<module> re-export module declares __all__, and each listed name resolves."""
+    ours = importlib.import_module(f"hf_lightning.{module}")
+    assert all(hasattr(ours, name) for name in ours.__all__)
+
+
+def test_the_examples_get_last_checkpoint_import():
+    """The import line of transformers' example scripts works with the package name swapped."""
+    from transformers.trainer_utils import get_last_checkpoint as theirs
+
+    from hf_lightning.trainer_utils import get_last_checkpoint
+
+    assert get_last_checkpoint.__name__ == theirs.__name__
+
+
+def test_logging_has_transformers_verbosity_api():
+    """hf_lightning.utils.logging offers transformers.utils.logging's verbosity and handler functions."""
+    from transformers.utils import logging as theirs
+
+    from hf_lightning.utils import logging as ours
+
+    api = [
+        "get_logger", "get_verbosity", "set_verbosity", "set_verbosity_info", "set_verbosity_warning",
+        "set_verbosity_debug", "set_verbosity_error", "enable_default_handler", "disable_default_handler",
+        "enable_propagation", "disable_propagation", "enable_explicit_format", "reset_format",
+        "add_handler", "remove_handler", "get_log_levels_dict", "DEBUG", "INFO", "WARNING", "ERROR",
+        "CRITICAL", "FATAL", "WARN", "NOTSET",
+    ]  # fmt: skip
+    assert [n for n in api if hasattr(theirs, n) and not hasattr(ours, n)] == []
