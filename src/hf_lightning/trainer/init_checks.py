@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 from hf_lightning.args.enums import enum_value
@@ -17,17 +16,11 @@ from hf_lightning.loss import LabelSmoother
 __all__ = ["build_label_smoother", "check_trainer_arguments"]
 
 
-def check_trainer_arguments(
-    args: Any,
-    *,
-    compute_metrics: Callable | None,
-    eval_dataset: Any,
-    optimizer: Any,
-    lr_scheduler: Any,
-    optimizer_cls_and_kwargs: Any,
-    model_init: Callable | None,
-) -> None:
-    """Raise the first problem transformers raises for these constructor arguments."""
+def check_trainer_arguments(trainer: Any) -> None:
+    """Raise the first problem transformers raises for the Trainer's constructor arguments."""
+    args, compute_metrics, eval_dataset = trainer.args, trainer.compute_metrics, trainer.eval_dataset
+    optimizer, lr_scheduler, model_init = trainer.optimizer, trainer.lr_scheduler, trainer.model_init
+    optimizer_cls_and_kwargs = trainer.optimizer_cls_and_kwargs
     if args.batch_eval_metrics and compute_metrics is not None:
         if "compute_result" not in inspect.signature(compute_metrics).parameters:
             raise ValueError(

@@ -31,6 +31,22 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainingRun"]
 
+
+def _input_tokens(inputs: dict[str, Any], name: str, mode: str, pad_token_id: int | None) -> Any:
+    """The micro-batch's tokens: all, or with "non_padding" the attention mask's ones (else the ids that are
+    not the processing class's ``pad_token_id``; else all, with a warning), as transformers counts them."""
+    if mode != "non_padding":
+        return inputs[name].numel()
+    if "attention_mask" in inputs:
+        return inputs["attention_mask"].sum()
+    if pad_token_id is not None:
+        return (inputs[name] != pad_token_id).sum()
+    logger.warning(
+        "Could not determine method to count non-padding tokens, falling back to counting all tokens."
+    )
+    return inputs[name].numel()
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -204,12 +220,15 @@ class TrainingRun:
         if mode in (False, "no", None):
             return
         name = getattr(t.model, "main_input_name", "input_ids")
-        if mode == "non_padding" and "attention_mask" in inputs:
-            count = inputs["attention_mask"].sum()
-        elif name in inputs:
-            count = torch.tensor(inputs[name].numel())
-        else:
-            logger.warning("Tried to track the number of tokens seen, but the batch has no %r.", name)
+        if name not in inputs:
+            logger.warning(
+                "Tried to track the number of tokens seen, however the current model is not configured "
+                "properly to know what item is the input. To fix this, add a `main_input_name` attribute to "
+                "the model class you are using."
+            )
             return
+        count = torch.as_tensor(
+            _input_tokens(inputs, name, mode, getattr(t.processing_class, "pad_token_id", None))
+        )
         count = t.accelerator.reduce(count.to(t.accelerator.device), "sum")
         t.state.num_input_tokens_seen += int(count)

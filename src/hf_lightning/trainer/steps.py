@@ -82,14 +82,9 @@ class BatchSteps:
         )
 
     def label_smoother(self) -> LabelSmoother | None:
-        """``label_smoothing_factor``'s smoother (none for multi-label classification)."""
-        t = self.trainer
-        factor = t.args.label_smoothing_factor
-        if not factor:
-            return None
-        if getattr(getattr(t.model, "config", None), "problem_type", None) == "multi_label_classification":
-            return None
-        return LabelSmoother(epsilon=factor)
+        """``Trainer.label_smoother``: ``label_smoothing_factor``'s smoother, built at ``Trainer()`` (none, with
+        transformers' warning, for a multi-label classification model)."""
+        return self.trainer.label_smoother
 
     def batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any = None) -> tuple[list, Any]:
         """``Trainer.get_batch_samples``: up to ``num_batches`` micro-batches and their target-token count."""

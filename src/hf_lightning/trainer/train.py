@@ -24,8 +24,17 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
+from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
-from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
+from hf_lightning.trainer_utils import (
+    TrainOutput,
+    enable_full_determinism,
+    get_last_checkpoint,
+    has_length,
+    set_seed,
+    speed_metrics,
+)
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
 from hf_lightning.utils.trainer_logs import log_train_header
 
@@ -57,8 +66,8 @@ class TrainLauncher:
         t.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
         args = t.args
-        if t.model_init is not None and trial is not None:
-            set_seed(args.seed)
+        if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
+            enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
             t.model = t.model_wrapped = t.call_model_init(trial)
             t._inspect_model()
             t.optimizer, t.lr_scheduler = None, None
@@ -110,6 +119,7 @@ class TrainLauncher:
 
         t = self.trainer
         train_dataloader = t.get_train_dataloader()
+        t.callback_handler.train_dataloader = train_dataloader  # passed to every callback event
         check_train_dataloader(
             train_dataloader, t.train_dataset, args
         )  # empty data: an error before any step
@@ -123,6 +133,8 @@ class TrainLauncher:
         t.create_optimizer_and_scheduler(num_training_steps=max_steps)
         if resume_from_checkpoint is not None:
             t._load_optimizer_and_scheduler(resume_from_checkpoint)
+        if t.processing_class is not None:  # the tokenizer's PAD/BOS/EOS ids into the model's configs
+            align_special_tokens(t.model, t.processing_class)
         t._activate_neftune()
         self.apply_runtime_options()
         log_train_header(
@@ -184,6 +196,7 @@ class TrainLauncher:
             path = os.path.join(resume_from_checkpoint, "trainer_state.json")
             if os.path.isfile(path):
                 t.state = TrainerState.load_from_json(path)
+                compare_trainer_and_checkpoint_args(t.args, t.state)  # warn about changed step intervals
                 if t.state.best_model_checkpoint and not os.path.isdir(t.state.best_model_checkpoint):
                     logger.warning(
                         f"The best checkpoint {t.state.best_model_checkpoint} recorded in the resumed state "

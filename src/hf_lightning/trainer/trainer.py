@@ -54,6 +54,7 @@ from hf_lightning.trainer.delegation import delegate
 from hf_lightning.trainer.eval_loop import EvaluationLoop
 from hf_lightning.trainer.evaluation import Evaluator
 from hf_lightning.trainer.hpsearch import SearchRunner
+from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer_arguments
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
@@ -123,12 +124,9 @@ class Trainer:
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
-        if optimizer_cls_and_kwargs is not None and optimizers[0] is not None:
-            raise ValueError(
-                "Passing both `optimizers` and `optimizer_cls_and_kwargs` arguments is incompatible."
-            )
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        check_trainer_arguments(self)  # what transformers refuses at construction (init_checks.py)
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
         self._init_callbacks(callbacks)
@@ -172,6 +170,7 @@ class Trainer:
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
         model = self.model
+        self.label_smoother = build_label_smoother(self.args, model)
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
         self.loss_shifts_labels: bool = loss_shifts_labels(model)
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
