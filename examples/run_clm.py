@@ -198,7 +198,8 @@ def main() -> None:
         trainer.log_metrics("test", output.metrics)
         trainer.save_metrics("test", output.metrics)
 
-    kwargs = {"finetuned_from": None, "tasks": "text-generation", "dataset": "pydoc_data.topics"}
+    kwargs = {"finetuned_from": None, "tasks": "text-generation"}
+    kwargs["dataset_tags"], kwargs["dataset"] = "pydoc_data", "pydoc_data.topics"
     if training_args.push_to_hub:
         trainer.push_to_hub(**kwargs)
     else:
