@@ -88,6 +88,19 @@ def per_epoch(batches: list[list[int]], size: int = len(LENGTHS), batch: int = 2
     return [batches[i : i + count] for i in range(0, len(batches), count)]
 
 
+# --- dataloader options --------------------------------------------------------------------
+
+
+def test_no_pinning_and_no_pin_memory_warning_without_an_accelerator(tmp_path, monkeypatch, recwarn) -> None:
+    """Without CUDA the training DataLoader does not pin (transformers' pins and torch warns; docs/divergences.md)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    trainer = make_trainer(tmp_path, indexed_data(), PadCollator(), use_cpu=False)
+    loader = trainer.get_train_dataloader()
+    assert trainer.args.dataloader_pin_memory is True and loader.pin_memory is False
+    next(iter(loader))
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
 # --- remove_unused_columns -----------------------------------------------------------------
 
 
