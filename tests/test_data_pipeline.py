@@ -125,7 +125,7 @@ def test_extra_columns_reach_the_collator_when_kept(tmp_path) -> None:
 
 @pytest.mark.parametrize("strategy", ["group_by_length", "batch_rebalance"])
 def test_length_column_is_used_although_it_is_dropped(tmp_path, monkeypatch, strategy: str) -> None:
-    """DESIGN divergence 2: the length column feeds the sampler, read once; the dataset is never re-scanned."""
+    """docs/divergences.md divergence 2: the length column feeds the sampler, read once; the dataset is never re-scanned."""
     column = [100 - n for n in LENGTHS]  # deliberately not len(input_ids): a re-scan would show
     reads: list[str] = []
     original_getitem = datasets.Dataset.__getitem__
