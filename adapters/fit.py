@@ -103,6 +103,10 @@ def run_fit(request: FitRequest) -> HFModule:
             jit_checkpoint_for(facade, request.driver.trial),
         ]
     retain_freed_memory()
+    # transformers' training_step puts the model in training mode before every micro-batch; doing it
+    # before the fit too means an evaluate() before train() leaves no module in eval mode for
+    # Lightning's start-of-training check to warn about (docs/divergences.md: a clean first run).
+    module.train()
     world_size = os.environ.get("WORLD_SIZE")
     try:
         with _quiet_lightning(plan.process_log_level):
