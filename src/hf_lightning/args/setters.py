@@ -98,7 +98,7 @@ def set_evaluate(
     self.eval_steps = steps
     self.per_device_eval_batch_size = batch_size
     self.eval_accumulation_steps = accumulation_steps
-    self.eval_delay = delay
+    self.eval_delay = delay  # type: ignore[assignment]  # stored as given (None too), as in transformers
     self.prediction_loss_only = loss_only
     return self
 
