@@ -55,6 +55,13 @@ def _quiet_lightning(level: int) -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            # The Trainer's training_step puts the model in training mode before every micro-batch, as
+            # transformers' does, so a model left in eval mode by an evaluate() before train() trains in
+            # training mode: Lightning's start-of-fit check is a false alarm here. (Not model.train() before
+            # the fit: a model's own train() override must be called as often as transformers calls it.)
+            warnings.filterwarnings(
+                "ignore", message=r".*module\(s\) in eval mode at the start of training.*"
+            )
             # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
             warnings.filterwarnings(
                 "ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*"
@@ -103,10 +110,6 @@ def run_fit(request: FitRequest) -> HFModule:
             jit_checkpoint_for(facade, request.driver.trial),
         ]
     retain_freed_memory()
-    # transformers' training_step puts the model in training mode before every micro-batch; doing it
-    # before the fit too means an evaluate() before train() leaves no module in eval mode for
-    # Lightning's start-of-training check to warn about (docs/divergences.md: a clean first run).
-    module.train()
     world_size = os.environ.get("WORLD_SIZE")
     try:
         with _quiet_lightning(plan.process_log_level):
