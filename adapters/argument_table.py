@@ -70,6 +70,7 @@ _CKPT = "Trainer checkpointing (trainer/checkpointing.py; HFCheckpoint for a pla
 _BEST = "Trainer best-model tracking (trainer/evaluation.py, trainer/checkpointing.py)"
 _HUB = "Hub upload (not built)"
 _DATA = "Trainer facade DataLoader (trainer/data.py) + DataSettings"
+_LOADER = "DataSettings.loader_kwargs(), the Trainer facade's DataLoader options"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
 _TRACKIO = "Trackio logger (not built)"
 _SCRIPT = "informational (for the user's script; stored in to_dict)"
@@ -207,11 +208,11 @@ _TABLE: dict[str, ArgumentRow] = {
         {
             "dataloader_drop_last": f"{_DATA} (drop_last)",
             "dataloader_num_workers": f"{_DATA} (num_workers)",
-            "dataloader_pin_memory": f"{_DATA} (pin_memory)",
+            "dataloader_pin_memory": f"{_LOADER} (pin_memory)",
             "dataloader_persistent_workers": f"{_DATA} (persistent_workers)",
-            "dataloader_prefetch_factor": f"{_DATA} (prefetch_factor)",
-            "dataloader_multiprocessing_context": f"{_DATA} (multiprocessing_context)",
-            "dataloader_in_order": f"{_DATA} (in_order)",
+            "dataloader_prefetch_factor": f"{_LOADER} (prefetch_factor)",
+            "dataloader_multiprocessing_context": f"{_LOADER} (multiprocessing_context)",
+            "dataloader_in_order": f"{_LOADER} (in_order)",
             "remove_unused_columns": "Trainer facade (drops columns the model's forward does not take)",
             "label_names": "Trainer facade (label keys: evaluation loop, unused-column removal)",
             "train_sampling_strategy": f"Samplers ({', '.join(SAMPLING_STRATEGIES)})",

@@ -55,6 +55,13 @@ def _quiet_lightning(level: int) -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
             warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            # The Trainer's training_step puts the model in training mode before every micro-batch, as
+            # transformers' does, so a model left in eval mode by an evaluate() before train() trains in
+            # training mode: Lightning's start-of-fit check is a false alarm here. (Not model.train() before
+            # the fit: a model's own train() override must be called as often as transformers calls it.)
+            warnings.filterwarnings(
+                "ignore", message=r".*module\(s\) in eval mode at the start of training.*"
+            )
             # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
             warnings.filterwarnings(
                 "ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*"

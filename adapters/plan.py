@@ -250,7 +250,7 @@ def to_lightning(
         distributed=distributed,
         logger_specs=logger_specs(args, env),
         module=module_settings(args),
-        data=data_settings(args),
+        data=data_settings(args, cuda_available=cuda_available),
         seed=int(args.seed),
         full_determinism=bool(args.full_determinism),
         tf32=args.tf32,

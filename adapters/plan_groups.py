@@ -81,6 +81,8 @@ class DataSettings:
     length_column_name: str
     remove_unused_columns: bool
     label_names: tuple[str, ...] | None
+    cuda_available: bool = False
+    """Whether this machine has a CUDA device: memory is pinned only then (``loader_kwargs``)."""
 
     @property
     def sampler_seed(self) -> int:
@@ -91,11 +93,13 @@ class DataSettings:
         """``DataLoader`` keyword arguments shared by training and evaluation (no batch size, sampler).
 
         The worker options (``prefetch_factor``, ``multiprocessing_context``, ``in_order``) are given
-        only with workers: torch refuses the first two when ``num_workers`` is 0.
+        only with workers: torch refuses the first two when ``num_workers`` is 0. Memory is pinned when
+        ``dataloader_pin_memory`` asks for it and a CUDA device is there; transformers pins on a machine
+        without one too, where torch warns that pinning is useless (``docs/divergences.md``).
         """
         kwargs: dict[str, Any] = {
             "num_workers": self.dataloader_num_workers,
-            "pin_memory": self.dataloader_pin_memory,
+            "pin_memory": self.dataloader_pin_memory and self.cuda_available,
             "persistent_workers": self.dataloader_persistent_workers,
         }
         if self.dataloader_num_workers > 0:
@@ -179,8 +183,8 @@ def module_settings(args: Any) -> ModuleSettings:
     )
 
 
-def data_settings(args: Any) -> DataSettings:
-    """The :class:`DataSettings` of ``args``."""
+def data_settings(args: Any, *, cuda_available: bool = False) -> DataSettings:
+    """The :class:`DataSettings` of ``args``; pass ``torch.cuda.is_available()`` as ``cuda_available``."""
     return DataSettings(
         per_device_train_batch_size=int(args.per_device_train_batch_size),
         per_device_eval_batch_size=int(args.per_device_eval_batch_size),
@@ -197,6 +201,7 @@ def data_settings(args: Any) -> DataSettings:
         length_column_name=args.length_column_name,
         remove_unused_columns=bool(args.remove_unused_columns),
         label_names=tuple(args.label_names) if args.label_names is not None else None,
+        cuda_available=bool(cuda_available),
     )
 
 

@@ -62,6 +62,18 @@ class SearchPart(Protocol):
 
     base_args: Any
 
+    @property
+    def world_size(self) -> int:
+        """Processes taking part in training."""
+
+    @property
+    def n_gpu(self) -> int:
+        """GPUs this process drives."""
+
+    @property
+    def evaluates_during_training(self) -> bool:
+        """Whether the arguments evaluate during training (``eval_strategy`` is not ``"no"``)."""
+
     def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; (objective, final metrics or None)."""
 

@@ -206,7 +206,7 @@ def test_remove_unused_columns_leaves_torch_datasets_alone() -> None:
 
 
 def test_length_column_is_read_before_it_is_dropped() -> None:
-    """DESIGN divergence 2: the precomputed length column is used, not a re-scan, then dropped."""
+    """docs/divergences.md divergence 2: the precomputed length column is used, not a re-scan, then dropped."""
     dataset = _dataset()
     lengths = compute_lengths(dataset, "length")
     kept = remove_unused_columns(dataset, ["input_ids"])

@@ -88,6 +88,19 @@ def per_epoch(batches: list[list[int]], size: int = len(LENGTHS), batch: int = 2
     return [batches[i : i + count] for i in range(0, len(batches), count)]
 
 
+# --- dataloader options --------------------------------------------------------------------
+
+
+def test_no_pinning_and_no_pin_memory_warning_without_an_accelerator(tmp_path, monkeypatch, recwarn) -> None:
+    """Without CUDA the training DataLoader does not pin (transformers' pins and torch warns; docs/divergences.md)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    trainer = make_trainer(tmp_path, indexed_data(), PadCollator(), use_cpu=False)
+    loader = trainer.get_train_dataloader()
+    assert trainer.args.dataloader_pin_memory is True and loader.pin_memory is False
+    next(iter(loader))
+    assert not [w for w in recwarn if "pin_memory" in str(w.message)]
+
+
 # --- remove_unused_columns -----------------------------------------------------------------
 
 
@@ -112,7 +125,7 @@ def test_extra_columns_reach_the_collator_when_kept(tmp_path) -> None:
 
 @pytest.mark.parametrize("strategy", ["group_by_length", "batch_rebalance"])
 def test_length_column_is_used_although_it_is_dropped(tmp_path, monkeypatch, strategy: str) -> None:
-    """DESIGN divergence 2: the length column feeds the sampler, read once; the dataset is never re-scanned."""
+    """docs/divergences.md divergence 2: the length column feeds the sampler, read once; the dataset is never re-scanned."""
     column = [100 - n for n in LENGTHS]  # deliberately not len(input_ids): a re-scan would show
     reads: list[str] = []
     original_getitem = datasets.Dataset.__getitem__

@@ -179,12 +179,7 @@ def test_address_starts_or_joins_ray(tmp_path, monkeypatch):
 def test_default_resources_per_trial(n_gpu, expected):
     """One CPU per trial, plus one GPU when the machine has any."""
 
-    class Args:
-        pass
-
-    args = Args()
-    args.n_gpu = n_gpu
-    assert ray_backend.default_resources(args) == expected
+    assert ray_backend.default_resources(n_gpu) == expected
 
 
 def test_worker_copy_holds_no_run_state(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
 """JIT checkpoints on SIGTERM: the signal is owned while training, the step in progress finishes, its
-state is saved as checkpoint-{step} (DESIGN.md divergence 7), training stops cleanly and resumes to the
+state is saved as checkpoint-{step} (docs/divergences.md, divergence 7), training stops cleanly and resumes to the
 weights of an uninterrupted run."""
 
 from __future__ import annotations

@@ -389,6 +389,12 @@ def test_pin_memory_follows_the_argument_not_use_cpu():
     assert to_lightning(args).data.dataloader_pin_memory is True
 
 
+@pytest.mark.parametrize("cuda,pinned", [(False, False), (True, True)])
+def test_loader_kwargs_pin_memory_only_with_cuda(cuda, pinned):
+    """loader_kwargs pins memory when dataloader_pin_memory asks for it and CUDA is there (docs/divergences.md)."""
+    assert _plan(cuda=cuda).data.loader_kwargs()["pin_memory"] is pinned
+
+
 def test_loader_kwargs_without_workers_leave_out_the_worker_options():
     """With no workers, loader_kwargs has no prefetch_factor, multiprocessing_context or in_order."""
     kwargs = _plan(dataloader_pin_memory=False).data.loader_kwargs()
@@ -397,7 +403,7 @@ def test_loader_kwargs_without_workers_leave_out_the_worker_options():
 
 def test_loader_kwargs_with_workers_carry_the_worker_options():
     """With workers, loader_kwargs carries every dataloader_* argument."""
-    plan = _plan(dataloader_num_workers=2, dataloader_prefetch_factor=3, dataloader_in_order=False)
+    plan = _plan(cuda=True, dataloader_num_workers=2, dataloader_prefetch_factor=3, dataloader_in_order=False)
     assert plan.data.loader_kwargs() == {
         "num_workers": 2,
         "pin_memory": True,
@@ -445,6 +451,18 @@ CONSUMERS = [
     ("samplers_common.py", None),
     ("samplers_rebalance.py", None),
     ("windows.py", None),
+    ("hpsearch/optuna.py", None),
+    ("hpsearch/ray.py", None),
+    ("hpsearch/__init__.py", None),
+    ("callbacks/loop_driver.py", None),
+    ("callbacks/checkpointing.py", None),
+    ("callbacks/jit_checkpoint.py", None),
+    ("callbacks/nonfinite.py", None),
+    ("callbacks/__init__.py", None),
+    # HF TrainerCallbacks receive the arguments in every event, by transformers' callback contract (as
+    # transformers' own TensorBoardCallback reads them); reporting_callbacks is a plan builder.
+    ("callbacks/reporting.py", ("on_train_begin", "reporting_callbacks")),
+    ("callbacks/logging.py", ("on_train_begin",)),
 ]
 
 
@@ -464,11 +482,13 @@ def _argument_reads(tree: ast.AST) -> list[str]:
 
 @pytest.mark.parametrize("filename,builder", CONSUMERS, ids=[row[0] for row in CONSUMERS])
 def test_consumer_reads_no_argument_field(filename, builder):
-    """The module, fit, evaluation, strategy, sampler and window code read the plan, not TrainingArguments."""
+    """The engine (module, fit, evaluation, strategy, samplers, windows, search, callbacks) reads no argument field."""
     import hf_lightning.adapters as adapters
 
     source = (Path(adapters.__file__).parent / filename).read_text(encoding="utf-8")
     tree = ast.parse(source)
-    if builder is not None:  # the plan builder in this file reads the arguments by design
-        tree.body = [n for n in tree.body if getattr(n, "name", None) != builder]
+    exempt = (builder,) if isinstance(builder, str) else builder or ()
+    for node in ast.walk(tree):  # the plan builders (and callback events) named here read them by design
+        if isinstance(node, ast.Module | ast.ClassDef):
+            node.body = [n for n in node.body if getattr(n, "name", None) not in exempt]
     assert _argument_reads(tree) == []

@@ -476,6 +476,24 @@ def test_pickle_and_deepcopy(make):
     assert copy.deepcopy(args).to_dict() == args.to_dict()
 
 
+def test_training_arguments_is_one_flat_dataclass():
+    """TrainingArguments has no base class but object: its methods are bound by name in the class body."""
+    assert TrainingArguments.__bases__ == (object,)
+    assert dataclasses.is_dataclass(TrainingArguments)
+
+
+def test_subclass_overrides_a_bound_property():
+    """A subclass may override a derived property, as with transformers' TrainingArguments."""
+
+    @dataclasses.dataclass
+    class OnEightGpus(TrainingArguments):
+        @property
+        def n_gpu(self) -> int:
+            return 8
+
+    assert OnEightGpus(output_dir="out", per_device_train_batch_size=2).train_batch_size == 16
+
+
 def test_every_field_has_help():
     """Each field carries help text for the argument parser."""
     assert all(f.metadata.get("help") for f in dataclasses.fields(Seq2SeqTrainingArguments))

@@ -37,7 +37,7 @@ def tiny_gpt2(seed: int = 0, *, dropout: float = 0.1, fix_hf_count: bool = False
     )
     model = GPT2LMHeadModel(config)
     if fix_hf_count:
-        # transformers only shifts the label count for registered causal-LM loss types (DESIGN.md, divergence 1)
+        # transformers only shifts the label count for registered causal-LM loss types (docs/divergences.md, divergence 1)
         model.loss_type = "ForCausalLM"
     return model
 

@@ -76,10 +76,10 @@ def run(
     trainer: TrainerFacade, n_trials: int, direction: str | list[str], **kwargs: Any
 ) -> BestRun | list[BestRun]:
     """Create (or load) the study, run the trials it still lacks, return the best run(s)."""
-    if trainer.args.world_size > 1:
+    if trainer.search.world_size > 1:
         raise NotImplementedError(
             f"`hyperparameter_search(backend='optuna')` runs each trial on one process, but this process is one of "
-            f"{trainer.args.world_size}. Start one search per process sharing a study (`storage=..., "
+            f"{trainer.search.world_size}. Start one search per process sharing a study (`storage=..., "
             "study_name=..., load_if_exists=True`), or use backend='ray'."
         )
     optimize_kwargs = {name: kwargs.pop(name) for name in _OPTIMIZE_KWARGS if name in kwargs}

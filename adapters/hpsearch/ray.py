@@ -95,11 +95,11 @@ class SearchResultGrid(ResultGrid):
 
 def run(trainer: TrainerFacade, n_trials: int, direction: str, **kwargs: Any) -> BestRun:
     """Run ``n_trials`` samples of the space on Ray Tune; return the best trial by its last objective."""
-    check_scheduler(trainer.args, kwargs.get("scheduler"))
+    check_scheduler(trainer.search.evaluates_during_training, kwargs.get("scheduler"))
     payload = _worker_copy(trainer)
     _init_ray(kwargs.pop("address", None))
     if "resources_per_trial" not in kwargs:
-        kwargs["resources_per_trial"] = default_resources(trainer.args)
+        kwargs["resources_per_trial"] = default_resources(trainer.search.n_gpu)
         logger.info("No `resources_per_trial` given; each trial gets %s.", kwargs["resources_per_trial"])
     if "progress_reporter" not in kwargs:
         kwargs["progress_reporter"] = tune.CLIReporter(metric_columns=["objective"])
@@ -116,17 +116,17 @@ def run(trainer: TrainerFacade, n_trials: int, direction: str, **kwargs: Any) ->
     return BestRun(best.trial_id, best.last_result["objective"], best.config, SearchResultGrid(analysis))
 
 
-def default_resources(args: Any) -> dict[str, int]:
-    """One CPU per trial, and one GPU when this machine has any."""
+def default_resources(n_gpu: int) -> dict[str, int]:
+    """One CPU per trial, and one GPU when this process drives any (``n_gpu``)."""
     resources = {"cpu": 1}
-    if getattr(args, "n_gpu", 0) > 0:
+    if n_gpu > 0:
         resources["gpu"] = 1
     return resources
 
 
-def check_scheduler(args: Any, scheduler: Any) -> None:
+def check_scheduler(evaluates_during_training: bool, scheduler: Any) -> None:
     """A scheduler that stops or exploits trials on intermediate results needs evaluation during training."""
-    if scheduler is None or str(getattr(args.eval_strategy, "value", args.eval_strategy)) != "no":
+    if scheduler is None or evaluates_during_training:
         return
     base = getattr(scheduler, "_base_scheduler", scheduler)  # ResourceChangingScheduler wraps another
     if isinstance(scheduler, str):

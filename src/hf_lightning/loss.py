@@ -8,7 +8,7 @@ This is the engine-free core shared by ``Trainer.compute_loss`` and ``HFModule``
 - ``compute_model_loss`` runs the model on one micro-batch and returns its share of the window's
   loss, exactly as transformers' ``Trainer.compute_loss`` does.
 
-Divergences from transformers (documented in DESIGN.md, each tested):
+Divergences from transformers (docs/divergences.md, each tested):
 1. causal LMs are recognised by their loss type *or* their class/config, so GPT-2's count is of the
    shifted labels (transformers counts the unshifted ones for ``GPT2LMHeadModel``);
 5. label smoothing works for a plain ``nn.Module`` without a ``config``.

@@ -1,7 +1,7 @@
 """Parity of evaluate(), predict() and evaluation during training with transformers.Trainer 5.24.
 
 Both sides get the same tiny GPT-2 (built from a config, with ``loss_type="ForCausalLM"`` so that
-transformers counts the shifted labels as we do; DESIGN.md divergence 1), the same data — sequence
+transformers counts the shifted labels as we do; docs/divergences.md, divergence 1), the same data — sequence
 lengths that differ between batches and a final partial batch — and the same arguments.
 """
 

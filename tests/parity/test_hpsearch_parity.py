@@ -1,6 +1,6 @@
 """hyperparameter_search compared with transformers': BestRun, default spaces and objective, trial arguments.
 
-Two documented differences are tested as such: the trial's seed reaches ``model_init`` (DESIGN.md,
+Two documented differences are tested as such: the trial's seed reaches ``model_init`` (docs/divergences.md,
 divergence 8) and ``n_trials`` counts the trials a stored study already holds.
 """
 
@@ -144,7 +144,7 @@ def _seed_draw(seed):
 
 
 def test_divergence_8_trial_seed_reaches_model_init(tmp_path):
-    """DESIGN.md divergence 8: model_init sees the trial's seed here; transformers builds the model first."""
+    """docs/divergences.md divergence 8: model_init sees the trial's seed here; transformers builds the model first."""
     draws = {"hf": [], "ours": []}
 
     def model_init_for(name):

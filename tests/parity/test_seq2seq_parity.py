@@ -1,6 +1,6 @@
 """Parity of Seq2SeqTrainer with transformers.Seq2SeqTrainer 5.24 on a tiny T5 built from a config.
 
-Generated ids are the same. Two documented differences (DESIGN.md, divergence 3) are tested as
+Generated ids are the same. Two documented differences (docs/divergences.md, divergence 3) are tested as
 such: the evaluation loss is the per-sample mean (transformers counts a final partial batch as a
 full one), and generated ids and labels are padded to the longest generation / label with the pad
 token / -100 (transformers pads both with the pad token to ``max_length``).

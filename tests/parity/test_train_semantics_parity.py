@@ -241,7 +241,7 @@ def test_gpt2_item_count_follows_the_docs_not_transformers(tmp_path):
         lib.Trainer(model=tiny_gpt2(), args=args, train_dataset=data, compute_loss_func=loss_fn).train()
         seen[name] = counts
     assert seen["ours"] == [2 * 9]  # shifted: 9 targets per 10-token row
-    assert seen["hf"] == [2 * 10]  # transformers' documented-behaviour divergence (DESIGN.md, item 1)
+    assert seen["hf"] == [2 * 10]  # transformers' documented-behaviour divergence (docs/divergences.md, 1)
 
 
 def test_label_smoothing_works_with_plain_module(tmp_path):

@@ -13,6 +13,7 @@ __all__ = [
     "LENGTH_SAMPLING_STRATEGIES",
     "METRIC_DRIVEN_SCHEDULERS",
     "SAMPLING_STRATEGIES",
+    "SAVING_STRATEGIES",
     "ChoiceEnum",
     "DebugOption",
     "FSDPOption",
@@ -30,6 +31,10 @@ LENGTH_SAMPLING_STRATEGIES: tuple[str, ...] = ("group_by_length", "batch_rebalan
 
 SAMPLING_STRATEGIES: tuple[str, ...] = ("random", "sequential", *LENGTH_SAMPLING_STRATEGIES)
 """Values accepted by ``train_sampling_strategy``."""
+
+
+SAVING_STRATEGIES: tuple[str, ...] = ("steps", "epoch", "best")
+"""The ``save_strategy`` values that write checkpoints during training (all but ``"no"``)."""
 
 
 def enum_value(value: Any) -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hf_lightning.args.enums import (
+    METRIC_DRIVEN_SCHEDULERS,
     ChoiceEnum,
     DebugOption,
     HubStrategy,
@@ -185,7 +186,7 @@ def _derive_defaults(args: Any) -> None:
     """eval_steps from logging_steps; metric_for_best_model and greater_is_better."""
     if args.eval_strategy == "steps" and not args.eval_steps and args.logging_steps > 0:
         args.eval_steps = args.logging_steps
-    needs_metric = args.load_best_model_at_end or args.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy")
+    needs_metric = args.load_best_model_at_end or args.lr_scheduler_type in METRIC_DRIVEN_SCHEDULERS
     if needs_metric and args.metric_for_best_model is None:
         args.metric_for_best_model = "loss"
     if args.greater_is_better is None and args.metric_for_best_model is not None:

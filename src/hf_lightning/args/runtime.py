@@ -4,6 +4,10 @@ Ranks and world size are read from the standard launcher variables (``WORLD_SIZE
 ``LOCAL_RANK``) each time they are asked for, falling back to an initialised ``torch.distributed``.
 Nothing here starts a process group or touches accelerate; torch is imported only when a property
 needs it, so building the arguments stays cheap.
+
+Each function takes the arguments as its first parameter and is bound in the body of `TrainingArguments`
+(a method as ``name = runtime.name``, a property as ``name = property(runtime.name)``), so the class stays
+one flat dataclass whose every method has its home named here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 import os
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hf_lightning.args.enums import ParallelMode
 from hf_lightning.utils import logging as hf_logging
@@ -22,7 +26,27 @@ from hf_lightning.utils import logging as hf_logging
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LOG_LEVELS", "RuntimeMixin", "resolve_steps"]
+    from hf_lightning.args.training_args import TrainingArguments
+
+__all__ = [
+    "LOG_LEVELS",
+    "ddp_timeout_delta",
+    "device",
+    "eval_batch_size",
+    "get_process_log_level",
+    "get_warmup_steps",
+    "local_process_index",
+    "main_process_first",
+    "n_gpu",
+    "parallel_mode",
+    "place_model_on_device",
+    "process_index",
+    "resolve_steps",
+    "should_log",
+    "should_save",
+    "train_batch_size",
+    "world_size",
+]
 
 logger = hf_logging.get_logger(__name__)
 
@@ -61,124 +85,119 @@ def _env_int(name: str) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
-class RuntimeMixin:
-    """Properties and helpers of `TrainingArguments` that depend on the running process."""
+def world_size(args: TrainingArguments) -> int:
+    """Number of processes taking part in training."""
+    env = _env_int("WORLD_SIZE")
+    if env is not None:
+        return env
+    return _torch().distributed.get_world_size() if _distributed() else 1
 
-    if TYPE_CHECKING:
-        # The fields come from the TrainingArguments dataclass this mixin is part of.
-        def __getattr__(self, name: str) -> Any: ...
 
-    @property
-    def world_size(self) -> int:
-        """Number of processes taking part in training."""
-        env = _env_int("WORLD_SIZE")
-        if env is not None:
-            return env
-        return _torch().distributed.get_world_size() if _distributed() else 1
+def process_index(args: TrainingArguments) -> int:
+    """Global rank of this process."""
+    env = _env_int("RANK")
+    if env is not None:
+        return env
+    return _torch().distributed.get_rank() if _distributed() else 0
 
-    @property
-    def process_index(self) -> int:
-        """Global rank of this process."""
-        env = _env_int("RANK")
-        if env is not None:
-            return env
-        return _torch().distributed.get_rank() if _distributed() else 0
 
-    @property
-    def local_process_index(self) -> int:
-        """Rank of this process on its node."""
-        env = _env_int("LOCAL_RANK")
-        if env is not None:
-            return env
-        return max(self.local_rank, 0)
+def local_process_index(args: TrainingArguments) -> int:
+    """Rank of this process on its node."""
+    env = _env_int("LOCAL_RANK")
+    if env is not None:
+        return env
+    return max(args.local_rank, 0)
 
-    @property
-    def n_gpu(self) -> int:
-        """GPUs this process drives: 0 on CPU, 1 per process when distributed, else every visible GPU."""
-        if self.use_cpu or not _torch().cuda.is_available():
-            return 0
-        return 1 if self.world_size > 1 else _torch().cuda.device_count()
 
-    @property
-    def device(self) -> torch.device:
-        """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
-        if not self.__dict__.get("_devices_announced"):  # transformers logs its device setup once
-            self.__dict__["_devices_announced"] = True
-            logger.info("PyTorch: setting up devices")
-        torch = _torch()
-        if self.use_cpu or not torch.cuda.is_available():
-            return torch.device("cpu")
-        return torch.device("cuda", self.local_process_index)
+def n_gpu(args: TrainingArguments) -> int:
+    """GPUs this process drives: 0 on CPU, 1 per process when distributed, else every visible GPU."""
+    if args.use_cpu or not _torch().cuda.is_available():
+        return 0
+    return 1 if args.world_size > 1 else _torch().cuda.device_count()
 
-    @property
-    def parallel_mode(self) -> ParallelMode:
-        """DISTRIBUTED with several processes, NOT_DISTRIBUTED with several GPUs in one, else NOT_PARALLEL."""
-        if self.world_size > 1:
-            return ParallelMode.DISTRIBUTED
-        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
 
-    @property
-    def train_batch_size(self) -> int:
-        """Training batch size of this process (per device × GPUs of this process)."""
-        return self.per_device_train_batch_size * max(1, self.n_gpu)
+def device(args: TrainingArguments) -> torch.device:
+    """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
+    if not args.__dict__.get("_devices_announced"):  # transformers logs its device setup once
+        args.__dict__["_devices_announced"] = True
+        logger.info("PyTorch: setting up devices")
+    torch = _torch()
+    if args.use_cpu or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", args.local_process_index)
 
-    @property
-    def eval_batch_size(self) -> int:
-        """Evaluation batch size of this process (per device × GPUs of this process)."""
-        return self.per_device_eval_batch_size * max(1, self.n_gpu)
 
-    @property
-    def ddp_timeout_delta(self) -> timedelta:
-        """``ddp_timeout`` as a timedelta."""
-        return timedelta(seconds=self.ddp_timeout)
+def parallel_mode(args: TrainingArguments) -> ParallelMode:
+    """DISTRIBUTED with several processes, NOT_DISTRIBUTED with several GPUs in one, else NOT_PARALLEL."""
+    if args.world_size > 1:
+        return ParallelMode.DISTRIBUTED
+    return ParallelMode.NOT_DISTRIBUTED if args.n_gpu > 1 else ParallelMode.NOT_PARALLEL
 
-    @property
-    def should_log(self) -> bool:
-        """True on the process that logs: local rank 0 with log_on_each_node, else global rank 0."""
-        return (self.local_process_index if self.log_on_each_node else self.process_index) == 0
 
-    @property
-    def should_save(self) -> bool:
-        """True on the process that writes: local rank 0 with save_on_each_node, else global rank 0."""
-        return (self.local_process_index if self.save_on_each_node else self.process_index) == 0
+def train_batch_size(args: TrainingArguments) -> int:
+    """Training batch size of this process (per device × GPUs of this process)."""
+    return args.per_device_train_batch_size * max(1, args.n_gpu)
 
-    @property
-    def place_model_on_device(self) -> bool | None:
-        """Hook for subclasses (transformers' contract); None lets the trainer decide."""
-        return None
 
-    def get_process_log_level(self) -> int:
-        """Log level of this process: log_level on the logging process, log_level_replica elsewhere.
+def eval_batch_size(args: TrainingArguments) -> int:
+    """Evaluation batch size of this process (per device × GPUs of this process)."""
+    return args.per_device_eval_batch_size * max(1, args.n_gpu)
 
-        "passive" is the library verbosity (``hf_lightning.utils.logging.get_verbosity()``), which follows
-        transformers' when a script set that (``docs/logging.md``).
-        """
-        name = self.log_level if self.should_log else self.log_level_replica
-        level = LOG_LEVELS[name]
-        return hf_logging.get_verbosity() if level == -1 else level
 
-    def get_warmup_steps(self, num_training_steps: int) -> int:
-        """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""
-        if self.warmup_steps >= 1:
-            return int(self.warmup_steps)
-        return math.ceil(num_training_steps * self.warmup_steps)
+def ddp_timeout_delta(args: TrainingArguments) -> timedelta:
+    """``ddp_timeout`` as a timedelta."""
+    return timedelta(seconds=args.ddp_timeout)
 
-    @contextlib.contextmanager
-    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
-        """Run the block on the main process first (of each node when ``local``), the others after it.
 
-        The wait is a ``torch.distributed.barrier``, used only when a process group is initialised.
-        """
-        if self.world_size <= 1 or not _distributed():
-            yield
-            return
-        is_main = (self.local_process_index if local else self.process_index) == 0
-        try:
-            if not is_main:
-                logger.debug("%d: waiting for the main process to finish %s", self.process_index, desc)
-                _torch().distributed.barrier()
-            yield
-        finally:
-            if is_main:
-                logger.debug("%d: main process finished %s", self.process_index, desc)
-                _torch().distributed.barrier()
+def should_log(args: TrainingArguments) -> bool:
+    """True on the process that logs: local rank 0 with log_on_each_node, else global rank 0."""
+    return (args.local_process_index if args.log_on_each_node else args.process_index) == 0
+
+
+def should_save(args: TrainingArguments) -> bool:
+    """True on the process that writes: local rank 0 with save_on_each_node, else global rank 0."""
+    return (args.local_process_index if args.save_on_each_node else args.process_index) == 0
+
+
+def place_model_on_device(args: TrainingArguments) -> bool | None:
+    """Hook for subclasses (transformers' contract); None lets the trainer decide."""
+    return None
+
+
+def get_process_log_level(args: TrainingArguments) -> int:
+    """Log level of this process: log_level on the logging process, log_level_replica elsewhere.
+
+    "passive" is the library verbosity (``hf_lightning.utils.logging.get_verbosity()``), which follows
+    transformers' when a script set that (``docs/logging.md``).
+    """
+    name = args.log_level if args.should_log else args.log_level_replica
+    level = LOG_LEVELS[name]
+    return hf_logging.get_verbosity() if level == -1 else level
+
+
+def get_warmup_steps(args: TrainingArguments, num_training_steps: int) -> int:
+    """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""
+    if args.warmup_steps >= 1:
+        return int(args.warmup_steps)
+    return math.ceil(num_training_steps * args.warmup_steps)
+
+
+@contextlib.contextmanager
+def main_process_first(args: TrainingArguments, local: bool = True, desc: str = "work") -> Iterator[None]:
+    """Run the block on the main process first (of each node when ``local``), the others after it.
+
+    The wait is a ``torch.distributed.barrier``, used only when a process group is initialised.
+    """
+    if args.world_size <= 1 or not _distributed():
+        yield
+        return
+    is_main = (args.local_process_index if local else args.process_index) == 0
+    try:
+        if not is_main:
+            logger.debug("%d: waiting for the main process to finish %s", args.process_index, desc)
+            _torch().distributed.barrier()
+        yield
+    finally:
+        if is_main:
+            logger.debug("%d: main process finished %s", args.process_index, desc)
+            _torch().distributed.barrier()

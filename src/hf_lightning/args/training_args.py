@@ -3,8 +3,9 @@
 One flat stdlib dataclass, so `HfArgumentParser` can build a command line from `dataclasses.fields`.
 `__post_init__` normalises the values (`training_args_normalize`), then checks them against a rule
 table (`training_args_validate`) that reports every problem in one `ValueError`. Derived values
-(batch sizes, ranks, device) live in `training_args_runtime`; the `set_*` helpers in
-`training_args_setters`.
+(batch sizes, ranks, device) are functions of `hf_lightning.args.runtime`, the `set_*` helpers
+functions of `hf_lightning.args.setters`; the class body binds each by name, so every method's home is
+one import away and the class has no base besides ``object``.
 """
 
 import json
@@ -12,7 +13,9 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
 
+from hf_lightning.args import runtime, setters
 from hf_lightning.args.enums import (
+    SAMPLING_STRATEGIES,
     DebugOption,
     FSDPOption,
     HubStrategy,
@@ -21,10 +24,10 @@ from hf_lightning.args.enums import (
     ParallelMode,
     SaveStrategy,
     SchedulerType,
+    enum_value,
 )
 from hf_lightning.args.normalize import normalize
-from hf_lightning.args.runtime import RuntimeMixin, resolve_steps
-from hf_lightning.args.setters import SettersMixin
+from hf_lightning.args.runtime import LOG_LEVELS, resolve_steps
 from hf_lightning.args.validate import check
 
 __all__ = [
@@ -40,7 +43,7 @@ __all__ = [
     "resolve_steps",
 ]
 
-_LOG_LEVELS = ["detail", "debug", "info", "warning", "error", "critical", "passive"]
+_LOG_LEVELS = list(LOG_LEVELS)
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -49,7 +52,7 @@ def _f(default: Any, help: str, **extra: Any) -> Any:
 
 
 @dataclass
-class TrainingArguments(RuntimeMixin, SettersMixin):
+class TrainingArguments:
     """Everything that configures a `Trainer` run; drop-in for ``transformers.TrainingArguments``."""
 
     # Fields that may be given as a JSON string (e.g. from the command line) and are parsed to a dict.
@@ -234,7 +237,7 @@ class TrainingArguments(RuntimeMixin, SettersMixin):
     train_sampling_strategy: str = _f(
         "random",
         "Order of training samples.",
-        choices=["random", "sequential", "group_by_length", "batch_rebalance"],
+        choices=list(SAMPLING_STRATEGIES),
     )
     length_column_name: str = _f("length", "Column holding precomputed sample lengths.")
 
@@ -299,6 +302,34 @@ class TrainingArguments(RuntimeMixin, SettersMixin):
         }
         return {k: v if type(v) in (bool, int, float, str) else str(v) for k, v in d.items()}
 
+    # Derived from the running process (hf_lightning.args.runtime).
+    world_size = property(runtime.world_size)
+    process_index = property(runtime.process_index)
+    local_process_index = property(runtime.local_process_index)
+    n_gpu = property(runtime.n_gpu)
+    device = property(runtime.device)
+    parallel_mode = property(runtime.parallel_mode)
+    train_batch_size = property(runtime.train_batch_size)
+    eval_batch_size = property(runtime.eval_batch_size)
+    ddp_timeout_delta = property(runtime.ddp_timeout_delta)
+    should_log = property(runtime.should_log)
+    should_save = property(runtime.should_save)
+    place_model_on_device = property(runtime.place_model_on_device)
+    get_process_log_level = runtime.get_process_log_level
+    get_warmup_steps = runtime.get_warmup_steps
+    main_process_first = runtime.main_process_first
+
+    # The grouped setters (hf_lightning.args.setters); each returns the arguments.
+    set_training = setters.set_training
+    set_evaluate = setters.set_evaluate
+    set_testing = setters.set_testing
+    set_save = setters.set_save
+    set_logging = setters.set_logging
+    set_push_to_hub = setters.set_push_to_hub
+    set_optimizer = setters.set_optimizer
+    set_lr_scheduler = setters.set_lr_scheduler
+    set_dataloader = setters.set_dataloader
+
 
 def _init_names(args: Any) -> list[str]:
     return [f.name for f in fields(args) if f.init]
@@ -311,7 +342,7 @@ def _plain(name: str, value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, list):
-        return [v.value if isinstance(v, Enum) else v for v in value]
+        return [enum_value(v) for v in value]
     if isinstance(value, dict):
         return _dtypes_to_str(value)
     if name == "parallelism_config" and value is not None and hasattr(value, "to_json"):

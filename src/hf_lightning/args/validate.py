@@ -18,21 +18,18 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, SAMPLING_STRATEGIES, enum_value
+from hf_lightning.args.runtime import LOG_LEVELS
+
 __all__ = ["RULES", "ArgumentTypeError", "check", "check_types", "find_problems", "type_problem"]
 
-_LOG_LEVELS = ("detail", "debug", "info", "warning", "error", "critical", "passive")
 _TOKENS_SEEN = ("all", "non_padding", "no")
-_SAMPLING = ("random", "sequential", "group_by_length", "batch_rebalance")
 _MP_CONTEXTS = ("fork", "spawn", "forkserver")
 
 
 def _call(args: Any, **kwargs: Any) -> str:
     """How the user's call looks, for messages: ``TrainingArguments(a=1, b='x')``."""
     return f"{type(args).__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
-
-
-def _value(x: Any) -> Any:
-    return getattr(x, "value", x)
 
 
 def _step_counts(args: Any) -> Iterator[str]:
@@ -59,7 +56,7 @@ def _best_model(args: Any) -> Iterator[str]:
     if args.eval_strategy != args.save_strategy:
         yield (
             f"`{_call(args, load_best_model_at_end=True)}` needs `eval_strategy` to equal `save_strategy` "
-            f"(or save_strategy='best'), got {_value(args.eval_strategy)!r} and {_value(args.save_strategy)!r}"
+            f"(or save_strategy='best'), got {enum_value(args.eval_strategy)!r} and {enum_value(args.save_strategy)!r}"
         )
         return
     save, ev = args.save_steps, args.eval_steps
@@ -96,7 +93,7 @@ def _tf32_available() -> bool:
 
 def _needs_eval(args: Any) -> Iterator[str]:
     evaluating = args.eval_strategy != "no"
-    for name in ("reduce_lr_on_plateau", "greedy"):
+    for name in METRIC_DRIVEN_SCHEDULERS:
         if args.lr_scheduler_type == name and not evaluating:
             yield f"`{_call(args, lr_scheduler_type=name)}` needs `eval_strategy` 'steps' or 'epoch', got 'no'"
     if args.save_strategy == "best" and not evaluating:  # documented
@@ -127,10 +124,10 @@ def _dataloader(args: Any) -> Iterator[str]:
 def _choices(args: Any) -> Iterator[str]:
     """String settings with a fixed set of values (documented; transformers checks them only on the CLI)."""
     for name, allowed in (
-        ("log_level", _LOG_LEVELS),
-        ("log_level_replica", _LOG_LEVELS),
+        ("log_level", tuple(LOG_LEVELS)),
+        ("log_level_replica", tuple(LOG_LEVELS)),
         ("include_num_input_tokens_seen", _TOKENS_SEEN),
-        ("train_sampling_strategy", _SAMPLING),
+        ("train_sampling_strategy", SAMPLING_STRATEGIES),
         ("dataloader_multiprocessing_context", (None, *_MP_CONTEXTS)),
     ):
         value = getattr(args, name)

@@ -69,7 +69,7 @@ TRAINER_EVENTS: tuple[str, ...] = (
 
 
 class ExportableState:
-    """Mixin for objects whose state is saved in a checkpoint's ``trainer_state.json`` and restored on resume.
+    """Base class for objects whose state a checkpoint keeps in ``trainer_state.json`` and resume restores.
 
     Subclasses implement `state()`, returning ``{"args": {...}, "attributes": {...}}`` with JSON-friendly values:
     ``args`` are passed to the constructor by `from_state`, ``attributes`` are set on the new instance after.

@@ -10,17 +10,13 @@ import logging
 import operator
 from typing import Any
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.callbacks.api import ExportableState, TrainerCallback
 from hf_lightning.trainer_utils import has_length
 
 __all__ = ["DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback"]
 
 logger = logging.getLogger(__name__)
-
-
-def _strategy(value: Any) -> str:
-    """The string value of a strategy argument given as an enum member or a string."""
-    return str(getattr(value, "value", value))
 
 
 def _format_logs(logs: dict[str, Any], max_str_len: int | None = None) -> dict[str, Any]:
@@ -52,15 +48,15 @@ class DefaultFlowCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
-        eval_by_steps = _strategy(args.eval_strategy) == "steps"
+        eval_by_steps = enum_value(args.eval_strategy) == "steps"
         eval_allowed = args.eval_delay <= step
         if step == 1 and args.logging_first_step:
             control.should_log = True
-        if _strategy(args.logging_strategy) == "steps" and step % state.logging_steps == 0:
+        if enum_value(args.logging_strategy) == "steps" and step % state.logging_steps == 0:
             control.should_log = True
         if eval_by_steps and step % state.eval_steps == 0 and eval_allowed:
             control.should_evaluate = True
-        save_by_steps = _strategy(args.save_strategy) == "steps"
+        save_by_steps = enum_value(args.save_strategy) == "steps"
         if save_by_steps and state.save_steps > 0 and step % state.save_steps == 0:
             control.should_save = True
         if step >= state.max_steps:
@@ -73,11 +69,11 @@ class DefaultFlowCallback(TrainerCallback):
         return control
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        if _strategy(args.logging_strategy) == "epoch":
+        if enum_value(args.logging_strategy) == "epoch":
             control.should_log = True
-        if _strategy(args.eval_strategy) == "epoch" and args.eval_delay <= state.epoch:
+        if enum_value(args.eval_strategy) == "epoch" and args.eval_delay <= state.epoch:
             control.should_evaluate = True
-        if _strategy(args.save_strategy) == "epoch":
+        if enum_value(args.save_strategy) == "epoch":
             control.should_save = True
         return control
 
@@ -195,7 +191,7 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
                 "EarlyStoppingCallback needs `TrainingArguments(metric_for_best_model=...)`, got None; name the "
                 "evaluation metric to watch, e.g. metric_for_best_model='loss'."
             )
-        if _strategy(args.eval_strategy) == "no":
+        if enum_value(args.eval_strategy) == "no":
             raise ValueError(
                 "EarlyStoppingCallback needs evaluations: `TrainingArguments(eval_strategy='no')` is not "
                 "supported; choose one of: 'steps', 'epoch'."

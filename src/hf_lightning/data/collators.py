@@ -328,7 +328,7 @@ def compute_lengths(
     A ``datasets.Dataset`` column named ``length_column_name`` (or that key in every dict item) is
     used as is; otherwise the dataset is scanned once and ``len(item[model_input_name])`` taken.
     Call this before :func:`remove_unused_columns`, which drops the length column (transformers
-    reads it too late and silently re-scans; see DESIGN.md).
+    reads it too late and silently re-scans; docs/divergences.md, divergence 2).
     """
     model_input_name = model_input_name or "input_ids"
     names = getattr(dataset, "column_names", None)

@@ -27,8 +27,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, cast
 
-import torch
-
+from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
 from hf_lightning.callbacks import ExportableState, TrainerControl
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
 from hf_lightning.checkpoint.folders import checkpoint_problem
@@ -49,6 +48,7 @@ from hf_lightning.checkpoint.store import (
     save_checkpoint,
     save_model,
 )
+from hf_lightning.optim import steps_on_metric
 
 if TYPE_CHECKING:
     from hf_lightning.callbacks import TrainerState
@@ -57,12 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointPolicy", "fast_forward_scheduler"]
 
 logger = logging.getLogger(__name__)
-
-_SAVING_STRATEGIES = ("steps", "epoch", "best")
-
-
-def _value(strategy: Any) -> Any:
-    return getattr(strategy, "value", strategy)
 
 
 def fast_forward_scheduler(scheduler: Any, steps: int) -> None:
@@ -73,10 +67,7 @@ def fast_forward_scheduler(scheduler: Any, steps: int) -> None:
     """
     if scheduler is None or steps <= 0 or not hasattr(scheduler, "step"):
         return
-    if (
-        isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-        or type(scheduler).__name__ == "GreedyLR"
-    ):
+    if steps_on_metric(scheduler):
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()": intended here
@@ -165,7 +156,7 @@ class CheckpointPolicy:
         step = state.global_step
         if refuse_nonfinite_checkpoint(t.run.nonfinite, t, checkpoint_path(run_dir, step)):
             return  # a checkpoint with NaN/inf weights never replaces a finite one (docs/checkpointing.md)
-        tracked = _value(args.save_strategy) in _SAVING_STRATEGIES and state.best_global_step
+        tracked = enum_value(args.save_strategy) in SAVING_STRATEGIES and state.best_global_step
         self.export_callback_states()
         index, world, is_saver = self.process_layout()
         if is_saver:

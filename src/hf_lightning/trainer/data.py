@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
+from hf_lightning.adapters.plan import data_settings
+from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
     compute_lengths,
@@ -95,7 +97,7 @@ class DataLoaderBuilder:
             raise ValueError(
                 "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
-                "choose one of: 'random', 'sequential', 'group_by_length'"
+                f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
         seed = args.data_seed if args.data_seed is not None else args.seed
         sampler, batch_sampler = build_train_sampler(
@@ -190,7 +192,7 @@ class DataLoaderBuilder:
         lengths = None
         if (
             is_training
-            and args.train_sampling_strategy in ("group_by_length", "batch_rebalance")
+            and args.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES
             and has_length(dataset)
             and not isinstance(dataset, IterableDataset)
         ):
@@ -218,19 +220,9 @@ class DataLoaderBuilder:
         return DataLoader(dataset, **params)
 
     def _loader_params(self, batch_size: int, collator: Any) -> dict[str, Any]:
-        args = self.trainer.args
-        params: dict[str, Any] = {
-            "batch_size": batch_size,
-            "collate_fn": collator,
-            "num_workers": args.dataloader_num_workers,
-            "pin_memory": args.dataloader_pin_memory and torch.cuda.is_available(),
-            "persistent_workers": args.dataloader_persistent_workers,
-        }
-        if args.dataloader_num_workers > 0:
-            params["prefetch_factor"] = args.dataloader_prefetch_factor
-            params["multiprocessing_context"] = args.dataloader_multiprocessing_context
-            params["in_order"] = args.dataloader_in_order
-        return params
+        """Batch size and collator, plus the worker and pinning options the plan translates once."""
+        settings = data_settings(self.trainer.args, cuda_available=torch.cuda.is_available())
+        return {"batch_size": batch_size, "collate_fn": collator, **settings.loader_kwargs()}
 
     def _without_unused_columns(self, dataset: Any, description: str) -> tuple[Any, Any]:
         """(dataset, collator) with the columns the model does not take removed (``remove_unused_columns``)."""
@@ -257,7 +249,7 @@ class DataLoaderBuilder:
                 "`TrainingArguments(max_steps=...)` must be a positive number of steps when "
                 "train_dataset is an IterableDataset (it has no length to count epochs with)"
             )
-        if args.train_sampling_strategy in ("group_by_length", "batch_rebalance"):
+        if args.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES:
             logger.warning(
                 "`train_sampling_strategy='%s'` is ignored because the training dataset does not implement "
                 "`__len__` (e.g. an `IterableDataset`). Examples will be consumed in the dataset's own order.",

@@ -22,8 +22,9 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import torch
 
+from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
+from hf_lightning.optim import steps_on_metric
 from hf_lightning.trainer_utils import PredictionOutput, speed_metrics
 from hf_lightning.trainer_utils_memory import is_out_of_memory_error
 
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["Evaluator"]
-
-
-def _value(strategy: Any) -> Any:
-    return getattr(strategy, "value", strategy)
 
 
 class Evaluator:
@@ -130,14 +127,9 @@ class Evaluator:
                 ) from error
             raise
         t._report_to_hp_search(trial, t.state.global_step, metrics)
-        if not skip_scheduler and self._scheduler_needs_metric():
+        if not skip_scheduler and steps_on_metric(t.lr_scheduler):
             t.lr_scheduler.step(metrics[self.best_metric_key(metrics)])
         return metrics
-
-    def _scheduler_needs_metric(self) -> bool:
-        from hf_lightning.optim.greedy import GreedyLR
-
-        return isinstance(self.trainer.lr_scheduler, (torch.optim.lr_scheduler.ReduceLROnPlateau, GreedyLR))
 
     def best_metric_key(self, metrics: dict[str, float]) -> str:
         """``metric_for_best_model`` with its ``eval_`` prefix; a clear KeyError when evaluation lacks it."""
@@ -171,6 +163,6 @@ class Evaluator:
         if not better(value, state.best_metric):
             return False
         state.best_metric = value
-        if _value(args.save_strategy) in ("steps", "epoch", "best"):
+        if enum_value(args.save_strategy) in SAVING_STRATEGIES:
             state.best_global_step = state.global_step
         return True

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
-from hf_lightning.args.enums import ChoiceEnum
+from hf_lightning.args.enums import ChoiceEnum, enum_value
 from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def default_hp_search_backend() -> str:
 def _backend_name(backend: Any) -> HPSearchBackend:
     if backend is None:
         return HPSearchBackend(default_hp_search_backend())
-    value = getattr(backend, "value", backend)
+    value = enum_value(backend)
     if value not in HPSearchBackend.values():
         raise ValueError(
             f"`hyperparameter_search(backend={value!r})` is not supported; choose one of: "
@@ -106,7 +106,7 @@ def _backend_name(backend: Any) -> HPSearchBackend:
 
 def _backend_module(backend: Any) -> ModuleType:
     """``hf_lightning.adapters.hpsearch.<backend>``; ImportError naming the extra when the engine is missing."""
-    name = HPSearchBackend(getattr(backend, "value", backend))
+    name = HPSearchBackend(enum_value(backend))
     if not _is_available(name):
         raise ImportError(
             f"`hyperparameter_search(backend={name.value!r})` needs {_REQUIREMENTS[name][0]}, "
@@ -218,6 +218,22 @@ class SearchRunner:
             t.args, self.base_args, self.applied_trial = base_args, None, None
             t._train_batch_size = base_args.train_batch_size
             t.hp_search_backend = None
+
+    # --- what a backend asks about the run (so it reads no argument itself) -------------------
+    @property
+    def world_size(self) -> int:
+        """Processes taking part in training (``args.world_size``)."""
+        return int(self.trainer.args.world_size)
+
+    @property
+    def n_gpu(self) -> int:
+        """GPUs this process drives (``args.n_gpu``)."""
+        return int(self.trainer.args.n_gpu)
+
+    @property
+    def evaluates_during_training(self) -> bool:
+        """Whether the arguments evaluate during training (``eval_strategy`` is not ``"no"``)."""
+        return enum_value(self.trainer.args.eval_strategy) != "no"
 
     # --- one trial -------------------------------------------------------------------------
     def setup_trial(self, trial: Any) -> None:

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hf_lightning.args.enums import enum_value
+
 __all__ = ["TASK_NAMES", "as_list", "hyperparameters_of", "results_of", "rounded", "run_summary"]
 
 _GENERATED_TAG = "generated_from_trainer"
@@ -105,7 +107,7 @@ def hyperparameters_of(args: Any) -> dict[str, Any]:
     params: dict[str, Any] = {
         name: getattr(args, name) for name in ("learning_rate", "train_batch_size", "eval_batch_size", "seed")
     }
-    mode = _value(args.parallel_mode)
+    mode = enum_value(args.parallel_mode)
     if mode not in ("not_parallel", "not_distributed"):
         params["distributed_type"] = "multi-GPU" if mode == "distributed" else mode
     world = args.world_size
@@ -120,7 +122,7 @@ def hyperparameters_of(args: Any) -> dict[str, Any]:
         params["total_eval_batch_size"] = args.eval_batch_size * world
     if args.optim:
         params["optimizer"] = _optimizer_line(args)
-    params["lr_scheduler_type"] = _value(args.lr_scheduler_type)
+    params["lr_scheduler_type"] = enum_value(args.lr_scheduler_type)
     if args.warmup_steps != 0.0:
         params["lr_scheduler_warmup_steps"] = args.warmup_steps
     if args.max_steps != -1:
@@ -134,14 +136,10 @@ def hyperparameters_of(args: Any) -> dict[str, Any]:
     return params
 
 
-def _value(option: Any) -> Any:
-    return getattr(option, "value", option)
-
-
 def _optimizer_line(args: Any) -> str:
     # transformers formats the option itself: an OptimizerNames reads ``OptimizerNames.ADAMW_TORCH``
     name, extra = f"{args.optim}", args.optim_args or "No additional optimizer arguments"
-    if "adam" in str(_value(args.optim)).lower():
+    if "adam" in str(enum_value(args.optim)).lower():
         return (
             f"Use {name} with betas=({args.adam_beta1},{args.adam_beta2}) and epsilon={args.adam_epsilon}"
             f" and optimizer_args={extra}"

@@ -114,9 +114,6 @@ class TrainLauncher:
         ignore_keys_for_eval: list[str] | None,
     ) -> TrainOutput:
         """``Trainer._inner_training_loop``: prepare this run, fit it on Lightning, finish it."""
-        from hf_lightning.adapters.callbacks.loop_driver import TrainLoopDriver
-        from hf_lightning.adapters.fit import FitRequest, run_fit
-
         t = self.trainer
         train_dataloader = t.get_train_dataloader()
         t.callback_handler.train_dataloader = train_dataloader  # passed to every callback event
@@ -150,6 +147,35 @@ class TrainLauncher:
             resume_from_checkpoint,
         )
         t.run.begin(trial, ignore_keys_for_eval)
+        self._fit(
+            args,
+            train_dataloader,
+            max_steps=max_steps,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            steps_in_epoch=steps_in_epoch,
+            epochs_trained=epochs_trained,
+            steps_trained=steps_trained,
+        )
+        return self._finalize(trial, num_train_samples)
+
+    def _fit(
+        self,
+        args: Any,
+        train_dataloader: Any,
+        *,
+        max_steps: int,
+        epochs: int,
+        steps_per_epoch: int,
+        steps_in_epoch: int,
+        epochs_trained: int,
+        steps_trained: int,
+    ) -> None:
+        """Hand the prepared run to Lightning: the loop driver (HF events) and one ``run_fit``."""
+        from hf_lightning.adapters.callbacks.loop_driver import TrainLoopDriver
+        from hf_lightning.adapters.fit import FitRequest, run_fit
+
+        t = self.trainer
         driver = TrainLoopDriver(
             t,
             steps_in_epoch=steps_in_epoch,
@@ -171,7 +197,6 @@ class TrainLauncher:
             run_fit(request)
         finally:
             t.accelerator.bind(None)
-        return self._finalize(trial, num_train_samples)
 
     def init_training_state(
         self,
