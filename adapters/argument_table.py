@@ -68,7 +68,7 @@ _WHEN_EVAL = "DefaultFlowCallback (when to evaluate)"
 _LOG_LEVEL = "TrainingArguments.get_process_log_level (the Trainer facade's per-process log level)"
 _CKPT = "Trainer checkpointing (trainer/checkpointing.py; HFCheckpoint for a plain Lightning Trainer)"
 _BEST = "Trainer best-model tracking (trainer/evaluation.py, trainer/checkpointing.py)"
-_HUB = "Hub upload (not built)"
+_HUB = "Trainer Hub publisher (trainer/hub.py, through huggingface_hub.HfApi)"
 _DATA = "Trainer facade DataLoader (trainer/data.py) + DataSettings"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
 _TRACKIO = "Trackio logger (not built)"
@@ -175,7 +175,7 @@ _TABLE: dict[str, ArgumentRow] = {
         },
     ),
     **_rows(
-        NOT_YET,
+        SUPPORTED,
         {
             "push_to_hub": _HUB,
             "hub_token": _HUB,

@@ -22,3 +22,28 @@ def _one_thread():
     """Keep every test on one intra-op thread, even after a library changed it."""
     torch.set_num_threads(1)
     yield
+
+
+@pytest.fixture
+def hub_server(tmp_path, monkeypatch):
+    """A test Hub (tests/hub_server.py) on 127.0.0.1, reached through HF_ENDPOINT; online mode for it.
+
+    huggingface_hub reads HF_HUB_OFFLINE and HF_ENDPOINT when it is imported, so besides the environment
+    those settings (and the download URL built from the endpoint) are set for the test (settings only: no client code is replaced).
+    """
+    import huggingface_hub.constants as hub_constants
+
+    from tests.hub_server import TOKEN, HubServer
+
+    server = HubServer(tmp_path / "hub-server").start()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", server.url)
+    template = server.url + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    yield server
+    server.stop()
