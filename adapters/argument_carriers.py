@@ -43,6 +43,7 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),
         "Trainer facade": (_FACADE,),
         "Trainer Hub publisher": (f"{_FACADE}.hub",),
+        "Trackio reporter": ("hf_lightning.adapters.callbacks.trackio",),
         "Trainer checkpointing": (f"{_FACADE}.checkpointing", "hf_lightning.checkpoint"),
         "Trainer best-model tracking": (f"{_FACADE}.evaluation", f"{_FACADE}.checkpointing"),
         "Evaluation loop": (

@@ -71,7 +71,7 @@ _BEST = "Trainer best-model tracking (trainer/evaluation.py, trainer/checkpointi
 _HUB = "Trainer Hub publisher (trainer/hub.py, through huggingface_hub.HfApi)"
 _DATA = "Trainer facade DataLoader (trainer/data.py) + DataSettings"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
-_TRACKIO = "Trackio logger (not built)"
+_TRACKIO = "Trackio reporter (adapters/callbacks/trackio.py, report_to='trackio')"
 _SCRIPT = "informational (for the user's script; stored in to_dict)"
 
 # Ordered as in the specification (and as the dataclass declares its fields).
@@ -143,14 +143,15 @@ _TABLE: dict[str, ArgumentRow] = {
             "log_level": _LOG_LEVEL,
             "log_level_replica": _LOG_LEVEL,
             "disable_tqdm": "lightning.Trainer(enable_progress_bar)",
-            "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger)",
+            "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger; "
+            "Trackio and Kubeflow through HF callbacks)",
             "run_name": "Lightning loggers (run name / version)",
-            "project": "WandbLogger(project) / CometLogger(project)",
+            "project": f"WandbLogger(project) / CometLogger(project) + {_TRACKIO}",
         },
     ),
-    "trackio_space_id": ArgumentRow(_TRACKIO, NOT_YET),
-    "trackio_bucket_id": ArgumentRow(_TRACKIO, NOT_YET),
-    "trackio_static_space_id": ArgumentRow(_TRACKIO, NOT_YET),
+    "trackio_space_id": ArgumentRow(_TRACKIO),
+    "trackio_bucket_id": ArgumentRow(_TRACKIO),
+    "trackio_static_space_id": ArgumentRow(_TRACKIO),
     **_rows(
         SUPPORTED,
         {

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+os.environ.setdefault("TRACKIO_DIR", os.path.join(tempfile.gettempdir(), "hf-lightning-trackio-tests"))
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import pytest  # noqa: E402

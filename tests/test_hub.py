@@ -30,7 +30,9 @@ def _trainer(tmp_path: Path, **kwargs) -> Trainer:
         seed=0,
     )
     settings.update(kwargs)
-    return Trainer(model=RegressionModel(), args=TrainingArguments(**settings), train_dataset=regression_data(32))
+    return Trainer(
+        model=RegressionModel(), args=TrainingArguments(**settings), train_dataset=regression_data(32)
+    )
 
 
 def _local_files(folder: Path, skip_checkpoints: bool = True) -> set[str]:
@@ -39,7 +41,11 @@ def _local_files(folder: Path, skip_checkpoints: bool = True) -> set[str]:
     for path in folder.rglob("*"):
         relative = path.relative_to(folder)
         top = relative.parts[0]
-        if path.is_file() and not (skip_checkpoints and top.startswith("checkpoint-")) and not path.name.startswith("_"):
+        if (
+            path.is_file()
+            and not (skip_checkpoints and top.startswith("checkpoint-"))
+            and not path.name.startswith("_")
+        ):
             found.add(relative.as_posix())
     return found
 
@@ -104,10 +110,13 @@ def test_every_save_pushes_at_each_save_in_order(tmp_path, hub_server):
 
 @pytest.mark.parametrize(
     ("strategy", "folders"),
-    [("checkpoint", {"last-checkpoint"}), ("all_checkpoints", {"checkpoint-2", "checkpoint-4", "checkpoint-6"})],
+    [
+        ("checkpoint", {"last-checkpoint"}),
+        ("all_checkpoints", {"checkpoint-2", "checkpoint-4", "checkpoint-6"}),
+    ],
 )
 def test_checkpoint_strategies_push_the_checkpoint_folders(tmp_path, hub_server, strategy, folders):
-    """"checkpoint" keeps the latest checkpoint as last-checkpoint/, "all_checkpoints" pushes every one."""
+    """ "checkpoint" keeps the latest checkpoint as last-checkpoint/, "all_checkpoints" pushes every one."""
     trainer = _trainer(tmp_path, hub_strategy=strategy, hub_always_push=True)
     trainer.train()
     pushed = hub_server.files(REPO)

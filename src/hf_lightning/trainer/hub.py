@@ -131,7 +131,9 @@ class HubPublisher:
         t.callback_handler.on_push_begin(args, t.state, t.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and args.should_save:
-            model_name = Path(args.output_dir).name if args.hub_model_id is None else args.hub_model_id.split("/")[-1]
+            model_name = (
+                Path(args.output_dir).name if args.hub_model_id is None else args.hub_model_id.split("/")[-1]
+            )
         token = token if token is not None else args.hub_token
         if t.hub_model_id is None:
             t.init_hf_repo(token=token, private=private)
@@ -189,13 +191,32 @@ class HubPublisher:
             message = f"Training in progress, epoch {int(t.state.epoch or 0)}"
         api = self.api
         common = {"repo_id": t.hub_model_id, "token": args.hub_token, "revision": args.hub_revision}
-        jobs = [(message, api.upload_folder(folder_path=output_dir, commit_message=message,
-                                            ignore_patterns=IGNORE_PATTERNS, run_as_future=True, **common))]
+        jobs = [
+            (
+                message,
+                api.upload_folder(
+                    folder_path=output_dir,
+                    commit_message=message,
+                    ignore_patterns=IGNORE_PATTERNS,
+                    run_as_future=True,
+                    **common,
+                ),
+            )
+        ]
         if strategy in ("checkpoint", "all_checkpoints"):
             in_repo = "last-checkpoint" if strategy == "checkpoint" else Path(checkpoint_folder).name
-            jobs.append((message + ", checkpoint", api.upload_folder(
-                folder_path=checkpoint_folder, path_in_repo=in_repo, commit_message=message + ", checkpoint",
-                run_as_future=True, **common)))
+            jobs.append(
+                (
+                    message + ", checkpoint",
+                    api.upload_folder(
+                        folder_path=checkpoint_folder,
+                        path_in_repo=in_repo,
+                        commit_message=message + ", checkpoint",
+                        run_as_future=True,
+                        **common,
+                    ),
+                )
+            )
         for commit, job in jobs:
             job.add_done_callback(self._warn_on_failure(commit))
         self.in_flight = [job for job in self.in_flight if not job.done()] + [job for _, job in jobs]
