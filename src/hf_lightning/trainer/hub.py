@@ -93,7 +93,7 @@ class HubPublisher:
         if not t.is_world_process_zero():
             return
         args = t.args
-        name = args.hub_model_id or Path(args.output_dir).absolute().name
+        name = args.hub_model_id or Path(str(args.output_dir)).absolute().name
         token = token if token is not None else args.hub_token
         private = private if private is not None else args.hub_private_repo
         from huggingface_hub.errors import HfHubHTTPError
@@ -132,7 +132,7 @@ class HubPublisher:
         model_name = kwargs.pop("model_name", None)
         if model_name is None and args.should_save:
             model_name = (
-                Path(args.output_dir).name if args.hub_model_id is None else args.hub_model_id.split("/")[-1]
+                Path(str(args.output_dir)).name if args.hub_model_id is None else args.hub_model_id.split("/")[-1]
             )
         token = token if token is not None else args.hub_token
         if t.hub_model_id is None:
@@ -157,7 +157,7 @@ class HubPublisher:
         except Exception as exc:
             raise HubPushError(
                 f"Pushing to the Hub repository {t.hub_model_id!r} failed ({type(exc).__name__}: {exc}). "
-                f"The model is safe at the local path {os.path.abspath(args.output_dir)}; "
+                f"The model is safe at the local path {os.path.abspath(str(args.output_dir))}; "
                 "call `trainer.push_to_hub()` again to retry."
             ) from exc
 
