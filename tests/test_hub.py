@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import ModelCard, snapshot_download
+from huggingface_hub import HfApi, ModelCard, snapshot_download
 
 from hf_lightning import Trainer, TrainerCallback, TrainingArguments
 from tests.hub_server import TOKEN, USER
@@ -192,3 +192,41 @@ def test_resume_from_downloaded_last_checkpoint(tmp_path, hub_server, monkeypatc
     resumed.train(resume_from_checkpoint="last-checkpoint")
     for name, value in straight.model.state_dict().items():
         torch.testing.assert_close(resumed.model.state_dict()[name], value)
+
+
+def test_hub_unreachable_at_the_end_names_repository_and_local_path(tmp_path, hub_server):
+    """With the Hub down, push_to_hub() raises naming the repository and the complete local output_dir."""
+    from hf_lightning.trainer.hub import HubPushError
+
+    trainer = _trainer(tmp_path, hub_strategy="end")
+    trainer.train()
+    hub_server.stop()
+    with pytest.raises(HubPushError, match=REPO) as caught:
+        trainer.push_to_hub()
+    assert str(tmp_path / "hub-run") in str(caught.value)
+    assert {"model.safetensors", "README.md", "training_args.bin"} <= _local_files(tmp_path / "hub-run")
+
+
+def test_only_the_main_process_pushes(tmp_path, hub_server, monkeypatch):
+    """A process other than the main one creates no repository and pushes nothing."""
+    monkeypatch.setattr(Trainer, "is_world_process_zero", lambda self: False)
+    trainer = _trainer(tmp_path, hub_strategy="checkpoint")
+    trainer.train()
+    trainer.push_to_hub()
+    assert trainer.hub_model_id is None
+    assert not hub_server.exists(REPO) and hub_server.commits == []
+
+
+def test_hub_revision_is_the_branch_pushed_to(tmp_path, hub_server):
+    """hub_revision="dev": the checkpoint pushes land on the dev branch, main keeps no model."""
+    trainer = _trainer(tmp_path, hub_revision="dev", hub_always_push=True)
+    trainer.train()
+    assert {c.revision for c in hub_server.commits} == {"dev"}
+    assert "model.safetensors" in hub_server.files(REPO, "dev")
+    assert hub_server.files(REPO, "main") == set()
+
+
+def test_hub_private_repo_creates_a_private_repository(tmp_path, hub_server):
+    """hub_private_repo=True: the repository is created private."""
+    _trainer(tmp_path, hub_private_repo=True)
+    assert HfApi(endpoint=hub_server.url).repo_info(REPO, token=TOKEN).private is True

@@ -132,7 +132,9 @@ class HubPublisher:
         model_name = kwargs.pop("model_name", None)
         if model_name is None and args.should_save:
             model_name = (
-                Path(str(args.output_dir)).name if args.hub_model_id is None else args.hub_model_id.split("/")[-1]
+                Path(str(args.output_dir)).name
+                if args.hub_model_id is None
+                else args.hub_model_id.split("/")[-1]
             )
         token = token if token is not None else args.hub_token
         if t.hub_model_id is None:
