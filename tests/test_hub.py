@@ -104,7 +104,7 @@ def test_every_save_pushes_at_each_save_in_order(tmp_path, hub_server):
     trainer.train()
     messages = [c.message for c in hub_server.commits]
     assert messages == [f"Training in progress, step {n}" for n in (2, 4, 6)]
-    assert not any(name.startswith("checkpoint-") for name in hub_server.files(REPO))
+    assert hub_server.files(REPO) == _local_files(tmp_path / "hub-run")
     assert "model.safetensors" in hub_server.files(REPO)
 
 
@@ -121,9 +121,12 @@ def test_checkpoint_strategies_push_the_checkpoint_folders(tmp_path, hub_server,
     trainer.train()
     pushed = hub_server.files(REPO)
     assert {name.split("/")[0] for name in pushed if "/" in name} == folders
-    last = tmp_path / "hub-run" / "checkpoint-6"
-    in_repo = "last-checkpoint" if strategy == "checkpoint" else "checkpoint-6"
-    assert {f"{in_repo}/{name}" for name in _local_files(last, skip_checkpoints=False)} <= pushed
+    output_dir = tmp_path / "hub-run"
+    expected = _local_files(output_dir)
+    for step in (2, 4, 6) if strategy == "all_checkpoints" else (6,):
+        in_repo = "last-checkpoint" if strategy == "checkpoint" else f"checkpoint-{step}"
+        expected |= {f"{in_repo}/{name}" for name in _local_files(output_dir / f"checkpoint-{step}", False)}
+    assert pushed == expected
     assert hub_server.commits[1].message == "Training in progress, step 2, checkpoint"
 
 
