@@ -233,3 +233,10 @@ def test_hub_private_repo_creates_a_private_repository(tmp_path, hub_server):
     """hub_private_repo=True: the repository is created private."""
     _trainer(tmp_path, hub_private_repo=True)
     assert HfApi(endpoint=hub_server.url).repo_info(REPO, token=TOKEN).private is True
+
+
+def test_missing_token_is_an_error_before_training(tmp_path, hub_server, monkeypatch):
+    """No hub_token and no login: Trainer() stops with an error naming hub_token."""
+    monkeypatch.delenv("HF_TOKEN")
+    with pytest.raises(ValueError, match="hub_token"):
+        _trainer(tmp_path, hub_token=None)
