@@ -191,37 +191,26 @@ class HubPublisher:
             message = f"Training in progress, step {t.state.global_step}"
         else:
             message = f"Training in progress, epoch {int(t.state.epoch or 0)}"
-        api = self.api
-        common = {"repo_id": t.hub_model_id, "token": args.hub_token, "revision": args.hub_revision}
-        jobs = [
-            (
-                message,
-                api.upload_folder(
-                    folder_path=output_dir,
-                    commit_message=message,
-                    ignore_patterns=IGNORE_PATTERNS,
-                    run_as_future=True,
-                    **common,
-                ),
-            )
-        ]
+        jobs = [self._submit(message, output_dir, ignore_patterns=IGNORE_PATTERNS)]
         if strategy in ("checkpoint", "all_checkpoints"):
             in_repo = "last-checkpoint" if strategy == "checkpoint" else Path(checkpoint_folder).name
-            jobs.append(
-                (
-                    message + ", checkpoint",
-                    api.upload_folder(
-                        folder_path=checkpoint_folder,
-                        path_in_repo=in_repo,
-                        commit_message=message + ", checkpoint",
-                        run_as_future=True,
-                        **common,
-                    ),
-                )
-            )
-        for commit, job in jobs:
-            job.add_done_callback(self._warn_on_failure(commit))
-        self.in_flight = [job for job in self.in_flight if not job.done()] + [job for _, job in jobs]
+            jobs.append(self._submit(message + ", checkpoint", checkpoint_folder, path_in_repo=in_repo))
+        self.in_flight = [job for job in self.in_flight if not job.done()] + jobs
+
+    def _submit(self, message: str, folder: str, **options: Any) -> Future:
+        """Upload ``folder`` in the background (one worker: in order); a failure is logged as a warning."""
+        args = self.trainer.args
+        job = self.api.upload_folder(
+            repo_id=self.trainer.hub_model_id,
+            folder_path=folder,
+            commit_message=message,
+            token=args.hub_token,
+            revision=args.hub_revision,
+            run_as_future=True,
+            **options,
+        )
+        job.add_done_callback(self._warn_on_failure(message))
+        return job
 
     def _copy_model_files(self, checkpoint_folder: str, output_dir: str) -> None:
         """The checkpoint's model files into output_dir (no second save of the weights), shards included."""
