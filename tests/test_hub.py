@@ -197,6 +197,7 @@ def test_resume_from_downloaded_last_checkpoint(tmp_path, hub_server, monkeypatc
         torch.testing.assert_close(resumed.model.state_dict()[name], value)
 
 
+@pytest.mark.slow  # huggingface_hub retries a refused connection with backoff (about 25 s)
 def test_hub_unreachable_at_the_end_names_repository_and_local_path(tmp_path, hub_server):
     """With the Hub down, push_to_hub() raises naming the repository and the complete local output_dir."""
     from hf_lightning.trainer.hub import HubPushError
