@@ -42,6 +42,8 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "DDPStrategy": (f"{_STRATEGY}:distributed_settings",),
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),
         "Trainer facade": (_FACADE,),
+        "Trainer Hub publisher": (f"{_FACADE}.hub",),
+        "Trackio reporter": ("hf_lightning.adapters.callbacks.trackio",),
         "Trainer checkpointing": (f"{_FACADE}.checkpointing", "hf_lightning.checkpoint"),
         "Trainer best-model tracking": (f"{_FACADE}.evaluation", f"{_FACADE}.checkpointing"),
         "Evaluation loop": (

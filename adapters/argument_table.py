@@ -68,11 +68,11 @@ _WHEN_EVAL = "DefaultFlowCallback (when to evaluate)"
 _LOG_LEVEL = "TrainingArguments.get_process_log_level (the Trainer facade's per-process log level)"
 _CKPT = "Trainer checkpointing (trainer/checkpointing.py; HFCheckpoint for a plain Lightning Trainer)"
 _BEST = "Trainer best-model tracking (trainer/evaluation.py, trainer/checkpointing.py)"
-_HUB = "Hub upload (not built)"
+_HUB = "Trainer Hub publisher (trainer/hub.py, through huggingface_hub.HfApi)"
 _DATA = "Trainer facade DataLoader (trainer/data.py) + DataSettings"
 _LOADER = "DataSettings.loader_kwargs(), the Trainer facade's DataLoader options"
 _DDP = "DDPStrategy (used when WORLD_SIZE > 1)"
-_TRACKIO = "Trackio logger (not built)"
+_TRACKIO = "Trackio reporter (adapters/callbacks/trackio.py, report_to='trackio')"
 _SCRIPT = "informational (for the user's script; stored in to_dict)"
 
 # Ordered as in the specification (and as the dataclass declares its fields).
@@ -144,14 +144,15 @@ _TABLE: dict[str, ArgumentRow] = {
             "log_level": _LOG_LEVEL,
             "log_level_replica": _LOG_LEVEL,
             "disable_tqdm": "lightning.Trainer(enable_progress_bar)",
-            "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger)",
+            "report_to": "Lightning loggers (TensorBoardLogger, CSVLogger, MLFlowLogger, WandbLogger, CometLogger; "
+            "Trackio and Kubeflow through HF callbacks)",
             "run_name": "Lightning loggers (run name / version)",
-            "project": "WandbLogger(project) / CometLogger(project)",
+            "project": f"WandbLogger(project) / CometLogger(project) + {_TRACKIO}",
         },
     ),
-    "trackio_space_id": ArgumentRow(_TRACKIO, NOT_YET),
-    "trackio_bucket_id": ArgumentRow(_TRACKIO, NOT_YET),
-    "trackio_static_space_id": ArgumentRow(_TRACKIO, NOT_YET),
+    "trackio_space_id": ArgumentRow(_TRACKIO),
+    "trackio_bucket_id": ArgumentRow(_TRACKIO),
+    "trackio_static_space_id": ArgumentRow(_TRACKIO),
     **_rows(
         SUPPORTED,
         {
@@ -176,7 +177,7 @@ _TABLE: dict[str, ArgumentRow] = {
         },
     ),
     **_rows(
-        NOT_YET,
+        SUPPORTED,
         {
             "push_to_hub": _HUB,
             "hub_token": _HUB,

@@ -16,6 +16,7 @@ mlflow          ``MLFlowLogger``                    ``$MLFLOW_TRACKING_URI`` / e
                                                     ``$MLFLOW_EXPERIMENT_NAME``
 wandb           ``WandbLogger``                     project ``$WANDB_PROJECT``, else ``project``
 comet_ml        ``CometLogger``                     project ``$COMET_PROJECT_NAME``, else ``project``
+trackio         (an HF callback: ``TrackioReporter``) Trackio's local database, project ``project``
 ==============  ==================================  ==========================================
 
 These are the loggers of a plain ``lightning.Trainer`` built from ``to_lightning(args)``. The
@@ -45,12 +46,13 @@ _LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "wandb": ("WandbLogger", ("wandb",), "wandb"),
     "comet_ml": ("CometLogger", ("comet_ml",), "comet-ml"),
 }
-CALLBACK_REPORTERS = ("kubeflow",)
-"""``report_to`` values carried by an HF callback alone (no Lightning logger): ``KubeflowCallback``."""
+CALLBACK_REPORTERS = ("kubeflow", "trackio")
+"""``report_to`` values carried by an HF callback alone (no Lightning logger): ``KubeflowCallback``,
+``TrackioReporter`` (adapters/callbacks/trackio.py)."""
 REPORTERS = (*_LOGGERS, *CALLBACK_REPORTERS)
 """Values of ``report_to`` that hf_lightning carries (besides ``"all"`` and ``"none"``)."""
 
-_HF_ONLY = ("azure_ml", "clearml", "codecarbon", "dagshub", "dvclive", "flyte", "swanlab", "trackio")
+_HF_ONLY = ("azure_ml", "clearml", "codecarbon", "dagshub", "dvclive", "flyte", "swanlab")
 
 
 @dataclass(frozen=True)

@@ -31,16 +31,6 @@ NOT_YET_VALUES = {
     "optim_target_modules": ["attn"],
     "use_liger_kernel": True,
     "liger_kernel_config": {"rope": True},
-    "trackio_space_id": "me/space",
-    "trackio_bucket_id": "bucket",
-    "trackio_static_space_id": "me/static",
-    "push_to_hub": True,
-    "hub_token": "hf_token",
-    "hub_private_repo": True,
-    "hub_model_id": "me/model",
-    "hub_strategy": "end",
-    "hub_always_push": True,
-    "hub_revision": "dev",
     "accelerator_config": {"split_batches": True},
     "parallelism_config": {"tp_size": 2},
     "fsdp": True,
@@ -121,12 +111,12 @@ def test_not_yet_field_with_a_value_is_refused(name, value):
 
 def test_one_error_names_every_not_yet_field():
     """Several "not yet" fields are reported together, in one error."""
-    args = TrainingArguments(deepspeed="ds.json", push_to_hub=True, use_liger_kernel=True)
+    args = TrainingArguments(deepspeed="ds.json", fsdp=True, use_liger_kernel=True)
     with pytest.raises(NotImplementedError) as caught:
         check_supported(args)
     message = str(caught.value)
     assert "`TrainingArguments(deepspeed='ds.json')` is not supported by hf_lightning yet" in message
-    assert "`TrainingArguments(push_to_hub=True)`" in message
+    assert "`TrainingArguments(fsdp=True)`" in message
     assert "`TrainingArguments(use_liger_kernel=True)`" in message
 
 

@@ -3,7 +3,7 @@
 ``reporting_callbacks(args)`` turns the ``LoggerSpec`` values of ``report_to`` (adapters/loggers.py)
 into HF callbacks, one per tracker in the order given, as transformers' integration callbacks:
 TensorBoard gets :class:`TensorBoardReporter`; CSV, MLflow, W&B and Comet each get a
-``LightningLoggersCallback``. Because the Trainer holds them from construction, a standalone
+``LightningLoggersCallback``; Trackio gets ``TrackioReporter`` (adapters/callbacks/trackio.py). Because the Trainer holds them from construction, a standalone
 ``evaluate()`` is reported too.
 
 :class:`TensorBoardReporter` writes what transformers' ``TensorBoardCallback`` writes, through
@@ -107,6 +107,10 @@ def reporting_callbacks(args: Any, env: Mapping[str, str] | None = None) -> list
     """One callback per ``report_to`` tracker, in order; a missing tracker package raises ImportError."""
     env = dict(os.environ) if env is None else env
     callbacks = [_callback_for(spec, env) for spec in logger_specs(args, env)]
+    if "trackio" in normalize_report_to(args.report_to):
+        from hf_lightning.adapters.callbacks.trackio import TrackioReporter
+
+        callbacks.append(TrackioReporter())
     if "kubeflow" in normalize_report_to(args.report_to):
         from hf_lightning.callbacks.kubeflow import KubeflowCallback
 

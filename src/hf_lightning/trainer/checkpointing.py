@@ -128,6 +128,8 @@ class CheckpointPolicy:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
         save_model(t.model, output_dir, processing_class=self.processing_to_save(), args=t.args)
+        if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
+            t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
 
     def save_state(self) -> None:
         """``Trainer.save_state``: ``trainer_state.json`` in ``args.output_dir`` (main process only)."""
@@ -190,6 +192,8 @@ class CheckpointPolicy:
             save_total_limit=args.save_total_limit,
             is_saver=is_saver,
         )
+        if args.push_to_hub and is_saver:
+            t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
         self.last_checkpoint = (state, step)  # this run's state object: a later train() has another
         self.last_save_seconds = time.perf_counter() - started
         logger.debug("Saved %s in %.2fs", folder, self.last_save_seconds)

@@ -310,6 +310,7 @@ class TrainLauncher:
         t.log(metrics)
         t.checkpoints.after_training(trial)
         t.control = t.callback_handler.on_train_end(t.args, t.state, t.control)
+        t._finish_current_push()  # wait for the checkpoint pushes in flight
         t._deactivate_neftune()
         t.is_in_train = False
         return TrainOutput(t.state.global_step, train_loss, metrics)

@@ -15,6 +15,7 @@ calls the Trainer's overridable methods through the Trainer, so a user's overrid
     trainer.eval_loop    EvaluationLoop     eval_loop.py      the loop over evaluation batches
     trainer.checkpoints  CheckpointPolicy   checkpointing.py  save, resume, best model, rotation
     trainer.search       SearchRunner       hpsearch.py       hyperparameter_search and its trials
+    trainer.hub          HubPublisher       hub.py            init_hf_repo, push_to_hub, pushes at each save
 
 Most of transformers' methods are one line here: ``name = delegate("part", Part.method)`` (see
 ``delegation.py``): same signature and docstring, overridable as any method. The engine
@@ -54,6 +55,7 @@ from hf_lightning.trainer.delegation import delegate
 from hf_lightning.trainer.eval_loop import EvaluationLoop
 from hf_lightning.trainer.evaluation import Evaluator
 from hf_lightning.trainer.hpsearch import SearchRunner
+from hf_lightning.trainer.hub import HubPublisher
 from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer_arguments
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import TrainingRun
@@ -75,6 +77,7 @@ class Trainer:
 
     state: TrainerState
     control: TrainerControl
+    hub_model_id: str | None
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
@@ -130,6 +133,7 @@ class Trainer:
         self.neftune_noise_alpha = args.neftune_noise_alpha
         self._inspect_model()
         self._init_callbacks(callbacks)
+        self.hub.open_repository()  # init_hf_repo when push_to_hub, as transformers' __init__
         self._init_bookkeeping()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
@@ -147,6 +151,7 @@ class Trainer:
         self.eval_loop = EvaluationLoop(self)
         self.checkpoints = CheckpointPolicy(self)
         self.search = SearchRunner(self)
+        self.hub = HubPublisher(self)
 
     def _init_callbacks(self, callbacks: list[TrainerCallback] | None) -> None:
         """``DefaultFlowCallback``, the report_to callbacks, the user's callbacks, then the progress bar."""
@@ -369,13 +374,10 @@ class Trainer:
         """Sequence-parallel degree: 1 (sequence parallelism is not supported yet)."""
         return 1
 
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
-        raise NotImplementedError(
-            "Pushing to the Hugging Face Hub (`init_hf_repo`) is not supported by hf_lightning yet"
-        )
-
-    def push_to_hub(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("`Trainer.push_to_hub` is not supported by hf_lightning yet")
+    init_hf_repo = delegate("hub", HubPublisher.init_repo)
+    push_to_hub = delegate("hub", HubPublisher.push)
+    _push_from_checkpoint = delegate("hub", HubPublisher.push_from_checkpoint)
+    _finish_current_push = delegate("hub", HubPublisher.finish_current_push)
 
     create_model_card = _model_card.create_model_card
 
