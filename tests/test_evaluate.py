@@ -70,10 +70,12 @@ def make_trainer(tmp_path, model=None, compute_metrics=accuracy, callbacks=None,
         "save_strategy": "no",
         **kwargs,
     }
+    evaluates = settings.get("eval_strategy", "no") != "no"  # Trainer() refuses a strategy without data
     return Trainer(
         model=model or TinyLM(),
         args=TrainingArguments(str(tmp_path), **settings),
         data_collator=collate,
+        eval_dataset=make_data(5) if evaluates else None,
         compute_metrics=compute_metrics,
         callbacks=callbacks,
     )

@@ -50,8 +50,12 @@ def make_trainer(tmp_path, model=None, **kwargs) -> Seq2SeqTrainer:
         "predict_with_generate": True,
         **kwargs,
     }
+    evaluates = settings.get("eval_strategy", "no") != "no"  # Trainer() refuses a strategy without data
     return Seq2SeqTrainer(
-        model=model or t5(), args=Seq2SeqTrainingArguments(str(tmp_path), **settings), data_collator=collate
+        model=model or t5(),
+        args=Seq2SeqTrainingArguments(str(tmp_path), **settings),
+        data_collator=collate,
+        eval_dataset=make_data(5) if evaluates else None,
     )
 
 

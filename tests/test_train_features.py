@@ -182,9 +182,9 @@ def test_trainer_needs_a_model():
 
 
 def test_optimizers_and_optimizer_cls_and_kwargs_are_exclusive():
-    """Passing both optimizers=(opt, None) and optimizer_cls_and_kwargs is rejected."""
+    """Passing both optimizers=(opt, None) and optimizer_cls_and_kwargs is rejected (transformers' RuntimeError)."""
     model = RegressionModel()
-    with pytest.raises(ValueError, match="optimizer_cls_and_kwargs"):
+    with pytest.raises(RuntimeError, match="optimizer_cls_and_kwargs"):
         hf_lightning.Trainer(
             model=model,
             args=hf_lightning.TrainingArguments(output_dir="unused", report_to="none"),
