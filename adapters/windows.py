@@ -8,6 +8,11 @@ consumes a window per ``training_step`` with manual optimization, so Lightning's
 counts optimizer updates and ``accumulate_grad_batches`` stays 1.
 
 The last window of an epoch holds the remainder (``len(loader) % steps``), as in transformers.
+
+``state_dict`` / ``load_state_dict`` make it resumable mid-epoch under Lightning: a checkpoint
+records how many windows of the epoch were trained on, and ``fit(ckpt_path=...)`` skips them. The
+count is as Lightning's training loop consumes windows: it fetches one window ahead of the step
+only when the loader has no length.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class AccumulationWindows:
         self.steps = steps
         self.skip_windows = skip_windows
         self.epoch = 0
+        self._yielded = 0  # windows handed out in the current iteration (skipped ones included)
+        self._exhausted = False
 
     def __len__(self) -> int:
         n = len(self.loader)  # type: ignore[arg-type]
@@ -61,9 +68,27 @@ class AccumulationWindows:
             if target is not None and hasattr(target, "set_epoch"):
                 target.set_epoch(epoch)
 
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and the windows of it already trained on (Lightning saves it in its checkpoints)."""
+        # Lightning fetches one window ahead of the step only when it cannot tell the length.
+        pending = 1 if self._yielded and not self._exhausted and not self._sized() else 0
+        return {"epoch": self.epoch, "windows": self._yielded - pending}
+
+    def _sized(self) -> bool:
+        try:
+            len(self.loader)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+        return True
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Skip the windows already trained on at the start of the next iteration."""
+        self.skip_windows = int(state.get("windows", 0))
+
     def __iter__(self) -> Iterator[list[Any]]:
         iterator = iter(self.loader)
         skip, self.skip_windows = self.skip_windows, 0
+        self._yielded, self._exhausted = skip, False
         if skip:
             # Consume the micro-batches already trained on, so the sampler order stays the same.
             for _ in itertools.islice(iterator, skip * self.steps):
@@ -71,5 +96,7 @@ class AccumulationWindows:
         while True:
             window = list(itertools.islice(iterator, self.steps))
             if not window:
+                self._exhausted = True
                 return
+            self._yielded += 1
             yield window
