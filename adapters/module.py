@@ -117,10 +117,8 @@ class HFModule(L.LightningModule):
         """Lightning's ``load_from_checkpoint``; ``model=`` is required (a ``.ckpt`` holds weights only)."""
         if "model" not in kwargs:
             raise TypeError(
-                "`HFModule.load_from_checkpoint(path, model=...)` needs the model to load the weights into "
-                "(a Lightning `.ckpt` holds its weights, not its class and config): build it as for training "
-                "and pass `model=` (and `args=`), or save `HFCheckpoint` folders and load them with "
-                "`from_pretrained`"
+                "`HFModule.load_from_checkpoint(path, model=...)` needs the model to load the weights into (a "
+                "`.ckpt` holds no class or config): build it as for training and pass `model=` (and `args=`)"
             )
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
@@ -382,6 +380,10 @@ class HFModule(L.LightningModule):
 
 
 _SCHEDULER_KEY = "hf_lr_scheduler"  # the HF scheduler's state in a Lightning checkpoint
+
+# For a Lightning user the transfer is Lightning's own (the skip serves hf_lightning.Trainer's driver):
+# marked so, Lightning sees no overridden data hook and does not warn at every fit with a DataModule.
+HFModule.transfer_batch_to_device.__wrapped__ = L.LightningModule.transfer_batch_to_device  # type: ignore[attr-defined]
 
 # Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);
 # computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).

@@ -189,3 +189,17 @@ def test_accumulate_grad_batches_says_to_use_windows():
     loader = DataLoader(causal_lm_data(4), batch_size=2, collate_fn=default_data_collator)
     with pytest.raises(ValueError, match="gradient_accumulation_steps=2.*AccumulationWindows"):
         _trainer(max_steps=1, accumulate_grad_batches=2).fit(HFModule(tiny_gpt2()), loader)
+
+
+def test_a_fit_with_a_datamodule_gives_no_transfer_hook_warning():
+    """HFModule overrides no data hook in Lightning's eyes: a DataModule fit warns nothing about transfer."""
+    import warnings
+
+    class Data(L.LightningDataModule):
+        def train_dataloader(self):
+            return _windows(8, steps=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _trainer(max_steps=1).fit(HFModule(tiny_gpt2()), datamodule=Data())
+    assert not [w for w in caught if "transfer_batch_to_device" in str(w.message)]
