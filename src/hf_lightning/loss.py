@@ -70,8 +70,8 @@ def loss_ignores_item_count(model: nn.Module) -> bool:
 
     Decided from what the loss really does: a transformers model (it has a ``config``) normalises by
     ``num_items_in_batch`` only when its ``forward`` hands the keyword arguments to
-    ``self.loss_function`` (the loss registry of its ``loss_type``); a head that builds its own
-    ``CrossEntropyLoss`` / ``MSELoss`` averages over its own items. An explicit
+    ``self.loss_function`` (the loss registry of its ``loss_type``) or reads the count itself; a head
+    that builds its own ``CrossEntropyLoss`` / ``MSELoss`` averages over its own items. An explicit
     ``accepts_loss_kwargs`` attribute on the model wins (True: the loss uses the count).
     """
     model = unwrap_model(model)
@@ -79,16 +79,16 @@ def loss_ignores_item_count(model: nn.Module) -> bool:
         return False
     if getattr(model, "config", None) is None or not model_accepts_loss_kwargs(model):
         return False
-    return not _forward_calls_loss_function(type(model).forward)
+    return not _forward_uses_item_count(type(model).forward)
 
 
 @functools.lru_cache(maxsize=64)
-def _forward_calls_loss_function(forward: Callable[..., Any]) -> bool:
+def _forward_uses_item_count(forward: Callable[..., Any]) -> bool:
     try:
         source = inspect.getsource(forward)
     except (OSError, TypeError):
         return True  # unknown: keep transformers' reading (the count is used)
-    return "self.loss_function(" in source
+    return "self.loss_function(" in source or "num_items_in_batch" in source
 
 
 def loss_shifts_labels(model: nn.Module) -> bool:

@@ -181,3 +181,15 @@ def test_transformers_logs_an_accumulated_classifier_loss_ga_times_too_large(tmp
     hf.train()
     ours = _trainer_run("sequence_classification", 8, 1, tmp_path)[0][0]
     assert step_logs(hf)[0]["loss"] > 2 * ours
+
+
+def test_a_model_that_reads_the_count_itself_is_not_reweighted():
+    """A custom model with a config whose forward divides by num_items_in_batch keeps receiving the count."""
+
+    class Counting(torch.nn.Module):
+        config = object()
+
+        def forward(self, input_ids, labels=None, **kwargs):
+            return (input_ids.float().sum() / kwargs["num_items_in_batch"],)
+
+    assert loss_ignores_item_count(Counting()) is False
