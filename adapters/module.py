@@ -11,7 +11,9 @@ transformers' semantics under a plain ``lightning.Trainer``:
 - ``max_grad_norm`` clipping after mixed-precision unscaling, with the pre-clip norm kept as
   ``grad_norm``; the learning-rate scheduler steps once per optimizer update.
 - Validation and test batches log the model's loss as ``eval_loss`` / ``test_loss`` (mean over
-  samples, as ``Trainer.evaluate``).
+  samples, as ``Trainer.evaluate``); ``predict_step`` returns the model's outputs.
+- A Lightning ``.ckpt`` carries the HF learning-rate scheduler's state, so ``fit(ckpt_path=...)``
+  resumes the schedule; ``HFModule.load_from_checkpoint(path, model=...)`` loads the weights.
 - What happens around each step (HF callback events, ``log_history``) is the job of a *driver*:
   ``hf_lightning.Trainer`` passes its own; alone, ``StandaloneDriver`` logs the loss to Lightning.
 """
@@ -27,8 +29,15 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.adapters.module_checks import (
+    check_eval_labels,
+    check_windows_are_sharded,
+    refuse_lightning_accumulation,
+)
+from hf_lightning.adapters.plain_backward import plain_backward_setup
 from hf_lightning.adapters.plan_groups import ModuleSettings, module_settings
 from hf_lightning.adapters.protocols import LoopDriver
+from hf_lightning.adapters.standalone_driver import StandaloneDriver
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
@@ -37,51 +46,6 @@ from hf_lightning.optim.schedulers import steps_per_update
 __all__ = ["HFModule", "StandaloneDriver"]
 
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
-
-
-class StandaloneDriver:
-    """The driver of an ``HFModule`` fitted by a plain ``lightning.Trainer``: no HF events.
-
-    Subclass it (or pass any object with these methods) to observe the training loop.
-    """
-
-    _window_loss: torch.Tensor | float  # loss summed over the micro-batches of the current step
-
-    def bind(self, module: HFModule) -> None:
-        self.module = module
-
-    def training_step(
-        self, model: nn.Module, inputs: Mapping[str, Any], num_items_in_batch: Any
-    ) -> torch.Tensor:
-        module = self.module
-        loss = compute_model_loss(model, inputs, module.loss_settings, num_items_in_batch=num_items_in_batch)
-        if not module.loss_settings.loss_is_scaled_for_ga(num_items_in_batch):
-            loss = loss / module.window_size
-        module.manual_backward(loss)
-        return loss.detach()
-
-    def on_train_begin(self) -> None: ...
-    def on_epoch_begin(self) -> None: ...
-    def on_step_begin(self) -> None: ...
-    def on_substep_end(self) -> None: ...
-    def on_pre_optimizer_step(self) -> None: ...
-    def on_optimizer_step(self) -> None: ...
-    def on_epoch_end(self) -> None: ...
-    def on_train_end(self) -> None: ...
-
-    def on_micro_batch_end(self, inputs: Mapping[str, Any], loss: torch.Tensor) -> None:
-        self._window_loss = loss if not hasattr(self, "_window_loss") else self._window_loss + loss
-
-    def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None:
-        loss, self._window_loss = self._window_loss, 0.0
-        module = self.module
-        module.log("train_loss", loss, prog_bar=True, on_step=True, batch_size=1)
-        module.log("learning_rate", learning_rate, on_step=True, batch_size=1)
-        if grad_norm is not None:
-            module.log("grad_norm", grad_norm, on_step=True, batch_size=1)
-
-    def should_stop_epoch(self) -> bool:
-        return False
 
 
 class HFModule(L.LightningModule):
@@ -128,6 +92,7 @@ class HFModule(L.LightningModule):
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
+        self._scheduler_state: dict[str, Any] | None = None  # from a Lightning checkpoint, until restored
 
     def _loss_settings(self, world_size: int) -> LossSettings:
         return LossSettings.for_model(
@@ -139,8 +104,23 @@ class HFModule(L.LightningModule):
             shift_labels=self._shift_labels,
         )
 
-    def forward(self, **inputs: Any) -> Any:
+    def forward(self, *batch: Mapping[str, Any], **inputs: Any) -> Any:
+        """The model on a batch given as keyword arguments or as one dict (Lightning's ``self(batch)``)."""
+        if batch:
+            if len(batch) != 1 or not isinstance(batch[0], Mapping):
+                raise TypeError("HFModule.forward takes one batch dict or the batch as keyword arguments")
+            inputs = {**batch[0], **inputs}
         return self.model(**inputs)
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Lightning's ``load_from_checkpoint``; ``model=`` is required (a ``.ckpt`` holds weights only)."""
+        if "model" not in kwargs:
+            raise TypeError(
+                "`HFModule.load_from_checkpoint(path, model=...)` needs the model to load the weights into (a "
+                "`.ckpt` holds no class or config): build it as for training and pass `model=` (and `args=`)"
+            )
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     def __setattr__(self, name: str, value: Any) -> None:
         """``nn.Module.__setattr__`` with a fast path for plain values.
@@ -162,6 +142,29 @@ class HFModule(L.LightningModule):
         super().__setattr__(name, value)
 
     # --- Lightning hooks -------------------------------------------------------------------
+    def configure_callbacks(self) -> Any:
+        """No callbacks; refuses ``accumulate_grad_batches`` (called before Lightning's own check), naming the fix."""
+        if self._trainer is not None and self.trainer.state.fn == "fit":
+            refuse_lightning_accumulation(self.trainer)
+        return []
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add the HF learning-rate scheduler (Lightning is not given it) to a Lightning checkpoint."""
+        scheduler = self.hf_lr_scheduler
+        if scheduler is not None and hasattr(scheduler, "state_dict"):
+            checkpoint[_SCHEDULER_KEY] = scheduler.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the scheduler state of a ``fit(ckpt_path=...)`` until the scheduler exists."""
+        self._scheduler_state = checkpoint.get(_SCHEDULER_KEY) if self._trainer is not None else None
+        if self._scheduler_state is not None and self.hf_lr_scheduler is not None:
+            self._restore_scheduler()  # strategies that restore after setup (configure_optimizers ran)
+
+    def _restore_scheduler(self) -> None:
+        state, self._scheduler_state = self._scheduler_state, None
+        if state is not None and hasattr(self.hf_lr_scheduler, "load_state_dict"):
+            self.hf_lr_scheduler.load_state_dict(state)
+
     def setup(self, stage: str) -> None:
         self._plain_backward = None
         self.loss_settings = self._loss_settings(world_size=self.trainer.world_size)
@@ -198,9 +201,12 @@ class HFModule(L.LightningModule):
                 scheduler_specific_kwargs=dict(self.settings.lr_scheduler_kwargs),
             )
         self.hf_lr_scheduler = scheduler
+        self._restore_scheduler()
         return optimizer
 
     def on_train_start(self) -> None:
+        if isinstance(self.driver, StandaloneDriver):
+            check_windows_are_sharded(self.trainer)
         self.driver.on_train_begin()
 
     def on_train_epoch_start(self) -> None:
@@ -257,7 +263,7 @@ class HFModule(L.LightningModule):
             trainer = self._trainer
             if trainer is None:
                 return False  # Lightning's path raises its own error
-            plain = self._plain_backward = _plain_backward_setup(self, trainer)
+            plain = self._plain_backward = plain_backward_setup(self, trainer)
         return plain
 
     def teardown(self, stage: str) -> None:
@@ -273,22 +279,33 @@ class HFModule(L.LightningModule):
             return batch
         return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
-    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor | None:
         """The model's loss on a validation batch, logged as ``eval_loss`` (its name in transformers).
 
         As in ``Trainer.evaluate``, the epoch's value is the mean over samples: each batch's loss
-        weighs by its number of rows, over every rank's batches under DDP.
+        weighs by its number of rows, over every rank's batches under DDP. With several validation
+        loaders Lightning suffixes the name with ``/dataloader_idx_N``. A batch without ``labels``
+        logs nothing.
         """
         return self._log_eval_loss("eval_loss", batch)
 
-    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor | None:
         """As ``validation_step``, logged as ``test_loss`` (transformers' ``predict`` prefix)."""
         return self._log_eval_loss("test_loss", batch)
 
-    def _log_eval_loss(self, name: str, batch: Any) -> torch.Tensor:
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        """The model's outputs on a prediction batch (a list of them for a window of micro-batches)."""
+        window = [batch] if isinstance(batch, Mapping) else self._as_window(batch)
+        outputs = [self.model(**inputs) for inputs in window]
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _log_eval_loss(self, name: str, batch: Any) -> torch.Tensor | None:
         window = self._as_window(batch) if not isinstance(batch, Mapping) else [batch]
+        if not any("labels" in inputs for inputs in window):
+            return None
         losses, rows = [], []
         for inputs in window:
+            check_eval_labels(inputs, name.split("_")[0])
             losses.append(compute_model_loss(self.model, inputs, self.loss_settings).detach().float())
             rows.append(_batch_rows(inputs))
         weights = torch.tensor(rows, dtype=torch.float32, device=losses[0].device)
@@ -362,6 +379,12 @@ class HFModule(L.LightningModule):
         return float(scheduler.get_last_lr()[0])
 
 
+_SCHEDULER_KEY = "hf_lr_scheduler"  # the HF scheduler's state in a Lightning checkpoint
+
+# For a Lightning user the transfer is Lightning's own (the skip serves hf_lightning.Trainer's driver):
+# marked so, Lightning sees no overridden data hook and does not warn at every fit with a DataModule.
+HFModule.transfer_batch_to_device.__wrapped__ = L.LightningModule.transfer_batch_to_device  # type: ignore[attr-defined]
+
 # Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);
 # computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).
 HFModule.training_step.__signature__ = inspect.signature(HFModule.training_step)  # type: ignore[attr-defined]
@@ -373,27 +396,3 @@ def _batch_rows(inputs: Mapping[str, Any]) -> int:
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             return int(value.shape[0])
     return 1
-
-
-_BACKWARD_HOOKS = ("on_before_backward", "on_after_backward")
-
-
-def _plain_backward_setup(module: HFModule, trainer: Any) -> bool:
-    """Whether ``manual_backward`` on ``trainer`` would do nothing but ``loss.backward()``."""
-    from lightning.pytorch.plugins.precision import Precision
-    from lightning.pytorch.profilers import PassThroughProfiler
-    from lightning.pytorch.strategies import SingleDeviceStrategy
-    from lightning.pytorch.utilities.model_helpers import is_overridden
-
-    return (
-        type(trainer.strategy) is SingleDeviceStrategy
-        and type(trainer.precision_plugin) is Precision
-        and isinstance(trainer.profiler, PassThroughProfiler)
-        and module._fabric is None
-        and not any(is_overridden(hook, module, L.LightningModule) for hook in (*_BACKWARD_HOOKS, "backward"))
-        and not any(
-            is_overridden(hook, callback, L.Callback)
-            for callback in trainer.callbacks
-            for hook in _BACKWARD_HOOKS
-        )
-    )

@@ -33,12 +33,17 @@ __all__ = ["HFCheckpoint", "save_hf_checkpoint"]
 _STRATEGIES = ("no", "steps", "epoch", "best")
 
 
+def _is_hf_module(pl_module: L.LightningModule) -> bool:
+    """Whether ``pl_module`` is an ``HFModule`` or a subclass of it (one that adds metrics, say)."""
+    from hf_lightning.adapters.module import HFModule
+
+    return isinstance(pl_module, HFModule)
+
+
 def _model_of(pl_module: L.LightningModule) -> torch.nn.Module:
     """The model to save: an ``HFModule``'s wrapped HF model, else the LightningModule itself."""
     inner = getattr(pl_module, "model", None)
-    return (
-        inner if type(pl_module).__name__ == "HFModule" and isinstance(inner, torch.nn.Module) else pl_module
-    )
+    return inner if _is_hf_module(pl_module) and isinstance(inner, torch.nn.Module) else pl_module
 
 
 def _scheduler_of(trainer: L.Trainer, pl_module: L.LightningModule) -> Any:
@@ -77,7 +82,7 @@ def save_hf_checkpoint(
         scheduler=_scheduler_of(trainer, pl_module),
         scaler=getattr(trainer.precision_plugin, "scaler", None),
         state=state,
-        args=getattr(pl_module, "args", None) if type(pl_module).__name__ == "HFModule" else None,
+        args=getattr(pl_module, "args", None) if _is_hf_module(pl_module) else None,
         processing_class=processing_class,
         save_only_model=save_only_model,
         process_index=trainer.global_rank,

@@ -8,14 +8,20 @@ This is the engine-free core shared by ``Trainer.compute_loss`` and ``HFModule``
 - ``compute_model_loss`` runs the model on one micro-batch and returns its share of the window's
   loss, exactly as transformers' ``Trainer.compute_loss`` does.
 
-Divergences from transformers (docs/divergences.md, each tested):
+Divergences from transformers (listed in ``docs/divergences.md``, each tested):
 1. causal LMs are recognised by their loss type *or* their class/config, so GPT-2's count is of the
    shifted labels (transformers counts the unshifted ones for ``GPT2LMHeadModel``);
+2. a transformers model whose ``forward`` takes ``**kwargs`` but computes its loss itself (a mean
+   that ignores ``num_items_in_batch``: sequence and token classification, BERT's masked LM, T5 and
+   BART's seq2seq heads) has each micro-batch's mean re-weighted by its share of the window's
+   target items, so gradient accumulation equals the big batch (transformers neither normalises
+   nor divides by the accumulation steps for such models: its loss is GA times too large);
 5. label smoothing works for a plain ``nn.Module`` without a ``config``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +36,7 @@ __all__ = [
     "LossSettings",
     "compute_model_loss",
     "count_items_in_batch",
+    "loss_ignores_item_count",
     "loss_is_scaled_for_ga",
     "loss_shifts_labels",
     "model_accepts_loss_kwargs",
@@ -56,6 +63,32 @@ def model_accepts_loss_kwargs(model: nn.Module) -> bool:
         return explicit
     params = inspect.signature(model.forward).parameters.values()
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def loss_ignores_item_count(model: nn.Module) -> bool:
+    """Whether a transformers model takes ``**kwargs`` but its loss is a mean that ignores the item count.
+
+    Decided from what the loss really does: a transformers model (it has a ``config``) normalises by
+    ``num_items_in_batch`` only when its ``forward`` hands the keyword arguments to
+    ``self.loss_function`` (the loss registry of its ``loss_type``) or reads the count itself; a head
+    that builds its own ``CrossEntropyLoss`` / ``MSELoss`` averages over its own items. An explicit
+    ``accepts_loss_kwargs`` attribute on the model wins (True: the loss uses the count).
+    """
+    model = unwrap_model(model)
+    if isinstance(getattr(model, "accepts_loss_kwargs", None), bool):
+        return False
+    if getattr(model, "config", None) is None or not model_accepts_loss_kwargs(model):
+        return False
+    return not _forward_uses_item_count(type(model).forward)
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_uses_item_count(forward: Callable[..., Any]) -> bool:
+    try:
+        source = inspect.getsource(forward)
+    except (OSError, TypeError):
+        return True  # unknown: keep transformers' reading (the count is used)
+    return "self.loss_function(" in source or "num_items_in_batch" in source
 
 
 def loss_shifts_labels(model: nn.Module) -> bool:
@@ -141,6 +174,7 @@ class LossSettings:
     compute_loss_func: Callable[..., torch.Tensor] | None = None
     average_tokens_across_devices: bool = True
     world_size: int = 1
+    reweights_mean_loss: bool = False  # the loss is a mean over its own items: re-weighted to the window
 
     @classmethod
     def for_model(
@@ -155,6 +189,9 @@ class LossSettings:
         accepts_loss_kwargs: bool | None = None,
     ) -> LossSettings:
         """Inspect ``model`` once; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win."""
+        reweights = (
+            accepts_loss_kwargs is None and compute_loss_func is None and loss_ignores_item_count(model)
+        )
         return cls(
             accepts_loss_kwargs=(
                 model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None else accepts_loss_kwargs
@@ -164,6 +201,7 @@ class LossSettings:
             compute_loss_func=compute_loss_func,
             average_tokens_across_devices=average_tokens_across_devices,
             world_size=world_size,
+            reweights_mean_loss=reweights,
         )
 
     def counts_items(self) -> bool:
@@ -205,7 +243,7 @@ def compute_model_loss(
     labels = None
     if (settings.label_smoother is not None or settings.compute_loss_func is not None) and "labels" in inputs:
         labels = inputs.pop("labels")
-    if settings.accepts_loss_kwargs and num_items_in_batch is not None:
+    if settings.accepts_loss_kwargs and num_items_in_batch is not None and not settings.reweights_mean_loss:
         inputs["num_items_in_batch"] = num_items_in_batch
     outputs = model(**inputs)
     if settings.compute_loss_func is not None:
@@ -217,6 +255,8 @@ def compute_model_loss(
         )
     else:
         loss = _loss_from_outputs(outputs, inputs)
+        if settings.reweights_mean_loss and num_items_in_batch is not None:
+            loss = _reweighted(loss, inputs, settings.shift_labels, num_items_in_batch)
     if (
         settings.average_tokens_across_devices
         and settings.counts_items()
@@ -226,6 +266,21 @@ def compute_model_loss(
         # The count is global; DDP averages gradients over ranks, so undo that average here.
         loss = loss * settings.world_size
     return (loss, outputs) if return_outputs else loss
+
+
+def _reweighted(
+    loss: torch.Tensor, inputs: Mapping[str, Any], shift_labels: bool, num_items_in_batch: torch.Tensor | int
+) -> torch.Tensor:
+    """A micro-batch's mean loss times its share of the window's items: the big batch's mean, summed."""
+    own = count_items_in_batch([inputs], shift_labels=shift_labels)
+    if own is None:
+        return loss
+    total = (
+        num_items_in_batch.to(loss.device)
+        if isinstance(num_items_in_batch, torch.Tensor)
+        else num_items_in_batch
+    )
+    return loss * (own.to(loss.device) / total)
 
 
 def _loss_from_outputs(outputs: Any, inputs: Mapping[str, Any]) -> torch.Tensor:

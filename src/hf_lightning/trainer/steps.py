@@ -20,6 +20,7 @@ from hf_lightning.loss import (
     LossSettings,
     compute_model_loss,
     count_items_in_batch,
+    loss_ignores_item_count,
     loss_is_scaled_for_ga,
 )
 from hf_lightning.trainer_utils import ensure_training_mode
@@ -76,6 +77,11 @@ class BatchSteps:
             compute_loss_func=t.compute_loss_func,
             average_tokens_across_devices=t.args.average_tokens_across_devices,
             world_size=t.accelerator.num_processes,
+            reweights_mean_loss=(
+                t.model_accepts_loss_kwargs
+                and t.compute_loss_func is None
+                and loss_ignores_item_count(t.model)
+            ),
         )
         return compute_model_loss(
             model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
