@@ -41,7 +41,9 @@ def load_deepspeed_config(value: Any) -> dict[str, Any]:
             with open(value, encoding="utf-8") as handle:
                 return json.load(handle)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"`TrainingArguments(deepspeed={value!r})`: reading the JSON file failed: {exc}") from exc
+            raise ValueError(
+                f"`TrainingArguments(deepspeed={value!r})`: reading the JSON file failed: {exc}"
+            ) from exc
     raise ValueError(f"`TrainingArguments(deepspeed={value!r})` must be a dict or the path of a JSON file")
 
 

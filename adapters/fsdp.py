@@ -115,7 +115,8 @@ def _version_specific(config: dict[str, Any], version: int) -> dict[str, Any]:
     prefetch = str(config.get("backward_prefetch", "NO_PREFETCH")).upper()
     _check(
         prefetch in _PREFETCH,
-        f"`fsdp_config['backward_prefetch']={prefetch!r}` is not supported; choose one of: " + ", ".join(_PREFETCH),
+        f"`fsdp_config['backward_prefetch']={prefetch!r}` is not supported; choose one of: "
+        + ", ".join(_PREFETCH),
     )
     limit = config.get("limit_all_gathers")
     return {

@@ -34,7 +34,11 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> None:
         chosen = {id(layer) for layer in layers}
         apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
     offload = CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()
-    options = {"mesh": mesh, "reshard_after_forward": settings.reshard_after_forward, "offload_policy": offload}
+    options = {
+        "mesh": mesh,
+        "reshard_after_forward": settings.reshard_after_forward,
+        "offload_policy": offload,
+    }
     for layer in layers:
         fully_shard(layer, **options)
     fully_shard(model, **options)

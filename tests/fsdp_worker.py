@@ -59,7 +59,16 @@ def train(out_dir: str, mode: str) -> dict:
     for name, value in model.state_dict().items():
         full = getattr(value, "full_tensor", None)
         state[name] = (full() if full is not None else value).detach().clone()
-    return {"losses": losses, "state": state, "local_numel": _local_numel(model)}
+    each_node = TrainingArguments(os.path.join(out_dir, mode), save_on_each_node=True, log_on_each_node=False)
+    return {
+        "losses": losses,
+        "state": state,
+        "local_numel": _local_numel(model),
+        "should_log": args.should_log,  # log_on_each_node=True (the default)
+        "should_save": args.should_save,  # save_on_each_node=False (the default)
+        "should_save_each_node": each_node.should_save,
+        "should_log_once": each_node.should_log,
+    }
 
 
 if __name__ == "__main__":

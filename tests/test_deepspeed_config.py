@@ -19,8 +19,15 @@ from tests.tiny import tiny_gpt2
 
 STEPS = 40
 OPTIMIZER = {"type": "AdamW", "params": {k: "auto" for k in ("lr", "betas", "eps", "weight_decay")}}
-SCHEDULER = {"type": "WarmupDecayLR", "params": {k: "auto" for k in ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")}}
-AUTO_BATCH = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "train_batch_size": "auto"}
+SCHEDULER = {
+    "type": "WarmupDecayLR",
+    "params": {k: "auto" for k in ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")},
+}
+AUTO_BATCH = {
+    "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto",
+    "train_batch_size": "auto",
+}
 
 CONFIGS = {
     "zero0_auto_batch": {**AUTO_BATCH, "gradient_clipping": "auto", "zero_optimization": {"stage": 0}},
@@ -35,7 +42,11 @@ CONFIGS = {
     "zero2_offload_bf16": {
         **AUTO_BATCH,
         "bf16": {"enabled": "auto"},
-        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": "auto"},
+        "zero_optimization": {
+            "stage": 2,
+            "offload_optimizer": {"device": "cpu"},
+            "reduce_bucket_size": "auto",
+        },
     },
     "zero3_hidden_size_keys": {
         **AUTO_BATCH,

@@ -101,14 +101,18 @@ def test_xla_fsdp_is_not_supported(tmp_path) -> None:
 
 def test_unknown_layer_class_is_refused() -> None:
     """A ``transformer_layer_cls_to_wrap`` the model lacks is refused, naming the class."""
-    settings = FSDPSettings(2, True, False, "TRANSFORMER_BASED_WRAP", 0, ("NoSuchBlock",), "FULL_STATE_DICT", False, False)
+    settings = FSDPSettings(
+        2, True, False, "TRANSFORMER_BASED_WRAP", 0, ("NoSuchBlock",), "FULL_STATE_DICT", False, False
+    )
     with pytest.raises(ValueError, match="NoSuchBlock"):
         wraps_module(settings, tiny_gpt2())
 
 
 def test_default_wrap_uses_no_split_modules() -> None:
     """Without class names, the layers wrapped are the model's ``_no_split_modules`` (GPT2Block)."""
-    settings = FSDPSettings(2, True, False, "TRANSFORMER_BASED_WRAP", 0, None, "FULL_STATE_DICT", False, False)
+    settings = FSDPSettings(
+        2, True, False, "TRANSFORMER_BASED_WRAP", 0, None, "FULL_STATE_DICT", False, False
+    )
     model = tiny_gpt2()
     wrapped = [type(m).__name__ for m in model.modules() if wraps_module(settings, model)(m)]
     assert wrapped == ["GPT2Block", "GPT2Block"]
