@@ -4,7 +4,8 @@ A GPT-2 whose parameters and AdamW state dominate memory (8 layers, n_embd 512, 
 ~29M parameters; batches of 2 sequences of 32 tokens) trains 3 optimizer steps with
 ``hf_lightning.Trainer`` in 2 processes, once with DDP and once with ``fsdp=True``. Each rank samples
 its resident set size every millisecond, with hf_lightning's malloc tuning off
-(``HF_LIGHTNING_MALLOC_TUNING=0``: a freed tensor leaves the RSS at once); reported per mode: the peak RSS and its rise over the
+(``HF_LIGHTNING_MALLOC_TUNING=0`` and ``MALLOC_MMAP_THRESHOLD_=65536``: a freed tensor leaves the RSS at once);
+reported per mode: the peak RSS and its rise over the
 RSS just before ``train()`` (the model already built), the larger of the two ranks.
 
     python benchmarks/bench_fsdp_memory.py          # the table, as in docs/performance.md
@@ -77,6 +78,7 @@ def _run(mode: str) -> list[dict]:
                 "MASTER_PORT": port,
                 "OMP_NUM_THREADS": "1",
                 "HF_LIGHTNING_MALLOC_TUNING": "0",
+                "MALLOC_MMAP_THRESHOLD_": "65536",
             }  # fmt: skip  (freed tensors leave the RSS at once)
             command = [sys.executable, __file__, "--rank", mode, out]
             procs.append(

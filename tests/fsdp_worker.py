@@ -54,6 +54,7 @@ def train(out_dir: str, mode: str) -> dict:
     model = tiny_gpt2(dropout=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=causal_lm_data(n=32, seed=5))
     trainer.train()
+    trainer.save_model(os.path.join(out_dir, f"{mode}_saved"))  # every rank: the weights are gathered
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     state = {}
     for name, value in model.state_dict().items():

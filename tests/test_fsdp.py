@@ -7,6 +7,8 @@ compare with the same run under DDP.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -131,7 +133,7 @@ def test_size_based_wrap_uses_min_num_params() -> None:
 
 
 @pytest.fixture(scope="module")
-def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """DDP, FSDP2 (full shard) and FSDP2 (shard_grad_op) runs: per mode, each rank's record."""
     from tests._ddp import run_ranks
 
@@ -139,7 +141,8 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]
     modes = ("ddp", "fsdp", "fsdp_grad_op")
     for mode in modes:
         run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
-    return {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
+    runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
+    return {**runs, "folder": out}
 
 
 @pytest.mark.slow
@@ -158,6 +161,17 @@ def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
 def test_fsdp_logs_the_losses_ddp_logs(fsdp_runs) -> None:
     """The losses logged under FSDP2 equal those logged under DDP."""
     assert fsdp_runs["fsdp"][0]["losses"] == pytest.approx(fsdp_runs["ddp"][0]["losses"], abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs) -> None:
+    """``save_model()`` after FSDP2 training writes full weights that ``from_pretrained`` loads: DDP's weights."""
+    from transformers import GPT2LMHeadModel
+
+    loaded = GPT2LMHeadModel.from_pretrained(fsdp_runs["folder"] / "fsdp_saved").state_dict()
+    for name, value in fsdp_runs["ddp"][0]["state"].items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=1e-5, msg=name)
 
 
 @pytest.mark.slow
