@@ -224,7 +224,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "ddp_timeout": f"{_DDP}(timeout)",
         },
     ),
-    "fsdp": ArgumentRow("FSDP strategy (ModelParallelStrategy + fully_shard; FSDPStrategy for version 1)"),
+    "fsdp": ArgumentRow("FSDP strategy (ModelParallelStrategy with fully_shard; FSDPStrategy for version 1)"),
     "fsdp_config": ArgumentRow(
         "FSDP strategy (wrap policy, reshard_after_forward, cpu_offload, activation_checkpointing, ...)"
     ),
