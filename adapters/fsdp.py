@@ -226,19 +226,21 @@ def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | 
         )
     from lightning.pytorch.strategies import FSDPStrategy
 
-    return FSDPStrategy(
-        sharding_strategy=str(settings.reshard_after_forward).upper(),
-        auto_wrap_policy=_V1WrapPolicy(settings),
-        cpu_offload=settings.cpu_offload,
-        state_dict_type="sharded" if settings.state_dict_type == "SHARDED_STATE_DICT" else "full",
-        process_group_backend=backend,
-        timeout=timeout,
-        forward_prefetch=settings.forward_prefetch,
-        use_orig_params=settings.use_orig_params,
-        sync_module_states=settings.sync_module_states,
-        **({} if settings.limit_all_gathers is None else {"limit_all_gathers": settings.limit_all_gathers}),
+    options: dict[str, Any] = {
+        "sharding_strategy": str(settings.reshard_after_forward).upper(),
+        "auto_wrap_policy": _V1WrapPolicy(settings),
+        "cpu_offload": settings.cpu_offload,
+        "state_dict_type": "sharded" if settings.state_dict_type == "SHARDED_STATE_DICT" else "full",
+        "process_group_backend": backend,
+        "timeout": timeout,
+        "forward_prefetch": settings.forward_prefetch,
+        "use_orig_params": settings.use_orig_params,
+        "sync_module_states": settings.sync_module_states,
         **_v1_prefetch(settings.backward_prefetch),
-    )
+    }
+    if settings.limit_all_gathers is not None:
+        options["limit_all_gathers"] = settings.limit_all_gathers
+    return FSDPStrategy(**options)
 
 
 def _v1_prefetch(name: str) -> dict[str, Any]:
