@@ -22,8 +22,11 @@ from hf_lightning.adapters.module import HFModule
 __all__ = ["FSDP2Module", "shard_model"]
 
 
-def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> None:
-    """Apply ``fully_shard`` (and activation checkpointing) to ``model`` in place, as ``settings`` say."""
+def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> dict[int, str]:
+    """Apply ``fully_shard`` (and activation checkpointing) to ``model`` in place, as ``settings`` say.
+
+    Returns the name, after sharding, of each parameter the model held before (by ``id``).
+    """
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
     predicate = wraps_module(settings, model)
@@ -33,6 +36,7 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> None:
 
         chosen = {id(layer) for layer in layers}
         apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
+    names = {id(param): name for name, param in model.named_parameters()}  # the wrapper renames
     offload = CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()
     options = {
         "mesh": mesh,
@@ -42,6 +46,7 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> None:
     for layer in layers:
         fully_shard(layer, **options)
     fully_shard(model, **options)
+    return names
 
 
 class FSDP2Module(HFModule):
@@ -55,15 +60,28 @@ class FSDP2Module(HFModule):
     def configure_model(self) -> None:
         if self._unsharded:
             return  # already sharded (a second fit on the same module)
-        self._unsharded = {id(param): name for name, param in self.model.named_parameters()}
-        shard_model(self.model, self.fsdp, self.device_mesh["data_parallel"])
+        self._unsharded = shard_model(self.model, self.fsdp, self.device_mesh["data_parallel"])
 
     def configure_optimizers(self) -> Any:
         optimizer = super().configure_optimizers()
         sharded = dict(self.model.named_parameters())
+        current = {id(p) for p in sharded.values()}
         for group in optimizer.param_groups:
-            group["params"] = [sharded.get(self._unsharded.get(id(p), ""), p) for p in group["params"]]
+            group["params"] = [self._sharded_param(p, sharded, current) for p in group["params"]]
         return optimizer
+
+    def _sharded_param(
+        self, param: nn.Parameter, sharded: dict[str, nn.Parameter], current: set[int]
+    ) -> nn.Parameter:
+        if id(param) in current:
+            return param  # built after sharding (create_optimizer in configure_optimizers)
+        name = self._unsharded.get(id(param))
+        if name is None or name not in sharded:
+            raise ValueError(
+                "Under `fsdp` the optimizer may only hold the model's own parameters; one of shape "
+                f"{tuple(param.shape)} is not the model's"
+            )
+        return sharded[name]
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm

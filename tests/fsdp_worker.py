@@ -1,4 +1,4 @@
-"""One rank of a 2-process run for ``tests/test_fsdp.py``: DDP, FSDP2 or FSDP2 with shard_grad_op.
+"""One rank of a 2-process run for ``tests/test_fsdp.py``: DDP or FSDP2 (full shard, shard_grad_op, checkpointing).
 
 ``python tests/fsdp_worker.py OUT MODE``: trains a tiny GPT-2 for 4 optimizer steps with GA 2 and
 writes ``OUT/MODE_rank{r}.pt`` holding the logged losses, the full weights and the number of
@@ -20,6 +20,7 @@ MODES = {
     "ddp": {},
     "fsdp": {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["GPT2Block"]}},
     "fsdp_grad_op": {"fsdp": True, "fsdp_config": {"reshard_after_forward": False}},
+    "fsdp_ckpt": {"fsdp": True, "fsdp_config": {"activation_checkpointing": True, "min_num_params": 0}},
 }
 
 

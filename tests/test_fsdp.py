@@ -134,11 +134,11 @@ def test_size_based_wrap_uses_min_num_params() -> None:
 
 @pytest.fixture(scope="module")
 def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """DDP, FSDP2 (full shard) and FSDP2 (shard_grad_op) runs: per mode, each rank's record."""
+    """DDP and FSDP2 (full shard, shard_grad_op, activation checkpointing) runs: per mode, each rank's record."""
     from tests._ddp import run_ranks
 
     out = tmp_path_factory.mktemp("fsdp")
-    modes = ("ddp", "fsdp", "fsdp_grad_op")
+    modes = ("ddp", "fsdp", "fsdp_grad_op", "fsdp_ckpt")
     for mode in modes:
         run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
     runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
@@ -147,9 +147,9 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.ddp
-@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op"])
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op", "fsdp_ckpt"])
 def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
-    """After 4 steps with GA 2, FSDP2's gathered weights equal DDP's within 1e-5 on both ranks."""
+    """After 4 steps with GA 2, FSDP2's gathered weights (full shard, shard_grad_op, activation checkpointing) equal DDP's within 1e-5."""
     ddp = fsdp_runs["ddp"][0]["state"]
     for record in fsdp_runs[mode]:
         for name, value in ddp.items():
