@@ -226,9 +226,11 @@ _TABLE: dict[str, ArgumentRow] = {
             "ddp_timeout": f"{_DDP}(timeout)",
         },
     ),
-    "fsdp": ArgumentRow("FSDPStrategy (not built)", NOT_YET),
-    "fsdp_config": ArgumentRow("FSDPStrategy (not built)", NOT_YET),
-    "deepspeed": ArgumentRow("DeepSpeedStrategy (not built)", NOT_YET),
+    "fsdp": ArgumentRow("FSDP strategy (ModelParallelStrategy with fully_shard; FSDPStrategy for version 1)"),
+    "fsdp_config": ArgumentRow(
+        "FSDP strategy (wrap policy, reshard_after_forward, cpu_offload, activation_checkpointing, ...)"
+    ),
+    "deepspeed": ArgumentRow('DeepSpeedStrategy ("auto" values filled; training not wired)', NOT_YET),
     "debug": ArgumentRow("debug tools: underflow/overflow detection (not built)", NOT_YET),
     "skip_memory_metrics": ArgumentRow("Trainer facade (TrainerMemoryTracker: *_mem_* metrics)"),
     **_rows(

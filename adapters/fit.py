@@ -72,6 +72,26 @@ def _quiet_lightning(level: int) -> Iterator[None]:
             lg.setLevel(lvl)
 
 
+def _module_class(plan: Any) -> type[HFModule]:
+    """``HFModule``, or its FSDP2 form when ``fsdp`` is on (FSDP1 training is refused, named)."""
+    fsdp = plan.distributed.fsdp
+    if fsdp is None:
+        return HFModule
+    if fsdp.version == 1:
+        raise NotImplementedError(
+            "Training with `fsdp_config['version']=1` (FSDP1, deprecated in transformers) is not supported "
+            "by hf_lightning yet; use `fsdp_config['version']=2` (the default): see docs/distributed.md"
+        )
+    if fsdp.saves_checkpoints:
+        raise NotImplementedError(
+            "Checkpoints under `fsdp` are not supported by hf_lightning yet: set `save_strategy='no'` and "
+            "`load_best_model_at_end=False` (see docs/distributed.md)"
+        )
+    from hf_lightning.adapters.fsdp_module import FSDP2Module
+
+    return FSDP2Module
+
+
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
     facade = request.trainer
@@ -89,7 +109,7 @@ def run_fit(request: FitRequest) -> HFModule:
     kwargs["enable_progress_bar"] = False  # HF's ProgressCallback draws the bar
     kwargs["logger"] = False
     kwargs["limit_val_batches"] = 0
-    module = HFModule(
+    module = _module_class(plan)(
         facade.model,
         facade.args,  # create_optimizer builds from the arguments; the module reads only plan.module
         driver=request.driver,
@@ -97,6 +117,7 @@ def run_fit(request: FitRequest) -> HFModule:
         shift_labels=getattr(facade, "loss_shifts_labels", None),
         compute_loss_func=facade.compute_loss_func,
         settings=plan.module,
+        **({"fsdp": plan.distributed.fsdp} if plan.distributed.fsdp is not None else {}),
     )
     facade.accelerator.bind(module)
     windows = AccumulationWindows(

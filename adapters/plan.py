@@ -93,7 +93,7 @@ class LightningPlan:
 
     @cached_property
     def strategy(self) -> Any:
-        """``"auto"`` or a ``DDPStrategy`` configured from the ``ddp_*`` arguments."""
+        """``"auto"``, a ``DDPStrategy`` (``ddp_*``) or FSDP's strategy (``fsdp``/``fsdp_config``)."""
         return build_strategy(self.distributed)
 
     @cached_property

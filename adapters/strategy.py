@@ -1,4 +1,4 @@
-"""Devices and the distributed strategy: ``use_cpu`` and ``ddp_*`` → Lightning.
+"""Devices and the distributed strategy: ``use_cpu``, ``ddp_*`` and ``fsdp`` → Lightning.
 
 Implements ``TrainingArguments.use_cpu``, ``ddp_find_unused_parameters``, ``ddp_bucket_cap_mb``,
 ``ddp_broadcast_buffers``, ``ddp_static_graph``, ``ddp_backend`` and ``ddp_timeout``.
@@ -6,7 +6,8 @@ Implements ``TrainingArguments.use_cpu``, ``ddp_find_unused_parameters``, ``ddp_
 As in transformers, distributed training is decided by the launcher, not by the arguments: under
 ``torchrun`` (``WORLD_SIZE`` > 1 in the environment the caller passes in) the plan asks for a
 ``DDPStrategy`` with ``LOCAL_WORLD_SIZE`` devices per node; a single process trains on one device
-and the ``ddp_*`` arguments have nothing to configure. Nothing here reads ``os.environ``.
+and the ``ddp_*`` arguments have nothing to configure. ``fsdp`` asks for FSDP's strategy whatever the
+world size (``adapters/fsdp.py``). Nothing here reads ``os.environ``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from hf_lightning.adapters.fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
 from hf_lightning.adapters.plan_groups import checkpointing
 
 __all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "distributed_settings"]
@@ -45,6 +47,8 @@ class DistributedSettings:
     bucket_cap_mb: int | None = None
     broadcast_buffers: bool | None = None
     static_graph: bool | None = None
+    fsdp: FSDPSettings | None = None
+    """``fsdp``/``fsdp_config`` (``adapters/fsdp.py``); ``None`` when FSDP is off."""
 
     @property
     def uses_ddp(self) -> bool:
@@ -62,6 +66,8 @@ class DistributedSettings:
 
     def describe(self) -> str:
         """One line: the strategy the settings build."""
+        if self.fsdp is not None:
+            return self.fsdp.describe(self.world_size, self.process_group_backend, self.timeout_s)
         if not self.uses_ddp:
             return "'auto' (one process; the ddp_* arguments apply under a launcher with WORLD_SIZE > 1)"
         options = ", ".join(f"{key}={value!r}" for key, value in self.ddp_kwargs().items())
@@ -127,11 +133,16 @@ def distributed_settings(
         bucket_cap_mb=args.ddp_bucket_cap_mb,
         broadcast_buffers=args.ddp_broadcast_buffers,
         static_graph=args.ddp_static_graph,
+        fsdp=fsdp_settings(args),
     )
 
 
 def build_strategy(settings: DistributedSettings) -> Any:
-    """The Lightning strategy for ``settings``: a ``DDPStrategy`` under a launcher, else ``"auto"``."""
+    """The Lightning strategy for ``settings``: FSDP's when asked, a ``DDPStrategy`` under a launcher, else ``"auto"``."""
+    if settings.fsdp is not None:
+        return build_fsdp_strategy(
+            settings.fsdp, settings.world_size, settings.process_group_backend, settings.timeout_s
+        )
     if not settings.uses_ddp:
         return "auto"
     from lightning.pytorch.strategies import DDPStrategy

@@ -33,8 +33,6 @@ NOT_YET_VALUES = {
     "liger_kernel_config": {"rope": True},
     "accelerator_config": {"split_batches": True},
     "parallelism_config": {"tp_size": 2},
-    "fsdp": True,
-    "fsdp_config": {"version": 2},
     "deepspeed": "ds.json",
     "debug": "underflow_overflow",
 }
@@ -122,8 +120,8 @@ def test_one_error_names_every_not_yet_field():
 
 def test_refusal_names_the_seq2seq_class():
     """The error quotes the class the user built."""
-    with pytest.raises(NotImplementedError, match=r"`Seq2SeqTrainingArguments\(fsdp=True\)`"):
-        check_supported(Seq2SeqTrainingArguments(fsdp=True))
+    with pytest.raises(NotImplementedError, match=r"`Seq2SeqTrainingArguments\(use_liger_kernel=True\)`"):
+        check_supported(Seq2SeqTrainingArguments(use_liger_kernel=True))
 
 
 def test_supported_fields_are_not_refused():

@@ -32,6 +32,7 @@ from hf_lightning.callbacks import ExportableState, TrainerControl
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
+from hf_lightning.checkpoint.gather import full_state_dict
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.store import (
@@ -124,10 +125,13 @@ class CheckpointPolicy:
         """``Trainer.save_model``: the model, processing class and arguments (on the saving process)."""
         t = self.trainer
         output_dir = str(t.args.output_dir) if output_dir is None else output_dir
+        full = full_state_dict(t.model)  # sharded (FSDP): gathered by every process, written by the saver
         if not t.args.should_save:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
-        save_model(t.model, output_dir, processing_class=self.processing_to_save(), args=t.args)
+        save_model(
+            t.model, output_dir, processing_class=self.processing_to_save(), args=t.args, state_dict=full
+        )
         if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
             t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
 

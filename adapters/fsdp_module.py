@@ -1,0 +1,93 @@
+"""``HFModule`` under FSDP2: ``fully_shard`` in ``configure_model``, the optimizer moved onto the shards.
+
+Lightning's ``ModelParallelStrategy`` asks the module to shard itself in ``configure_model``. The
+layers chosen by ``fsdp_config`` (``auto_wrap_policy``) are sharded as their own units, then the
+root; ``activation_checkpointing`` wraps the same layers first and ``cpu_offload`` keeps the shards on
+the CPU. ``fully_shard`` replaces each parameter by a sharded ``DTensor``, so an optimizer built
+before the fit (the Trainer builds its own from the arguments) has its parameter groups pointed at
+the new parameters, in place: its scheduler and learning rates stay as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning.adapters.fsdp import FSDPSettings, wraps_module
+from hf_lightning.adapters.module import HFModule
+
+__all__ = ["FSDP2Module", "shard_model"]
+
+
+def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> dict[int, str]:
+    """Apply ``fully_shard`` (and activation checkpointing) to ``model`` in place, as ``settings`` say.
+
+    Returns the name, after sharding, of each parameter the model held before (by ``id``).
+    """
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    predicate = wraps_module(settings, model)
+    layers = [module for module in model.modules() if module is not model and predicate(module)]
+    if settings.activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+        chosen = {id(layer) for layer in layers}
+        apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
+    names = {id(param): name for name, param in model.named_parameters()}  # the wrapper renames
+    offload = CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()
+    options = {
+        "mesh": mesh,
+        "reshard_after_forward": settings.reshard_after_forward,
+        "offload_policy": offload,
+    }
+    for layer in layers:
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
+    return names
+
+
+class FSDP2Module(HFModule):
+    """:class:`HFModule` whose model is sharded with ``fully_shard`` over the data-parallel mesh."""
+
+    def __init__(self, *args: Any, fsdp: FSDPSettings, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fsdp = fsdp
+        self._unsharded: dict[int, str] = {}
+
+    def configure_model(self) -> None:
+        if self._unsharded:
+            return  # already sharded (a second fit on the same module)
+        self._unsharded = shard_model(self.model, self.fsdp, self.device_mesh["data_parallel"])
+
+    def configure_optimizers(self) -> Any:
+        optimizer = super().configure_optimizers()
+        sharded = dict(self.model.named_parameters())
+        current = {id(p) for p in sharded.values()}
+        for group in optimizer.param_groups:
+            group["params"] = [self._sharded_param(p, sharded, current) for p in group["params"]]
+        return optimizer
+
+    def _sharded_param(
+        self, param: nn.Parameter, sharded: dict[str, nn.Parameter], current: set[int]
+    ) -> nn.Parameter:
+        if id(param) in current:
+            return param  # built after sharding (create_optimizer in configure_optimizers)
+        name = self._unsharded.get(id(param))
+        if name is None or name not in sharded:
+            raise ValueError(
+                "Under `fsdp` the optimizer may only hold the model's own parameters; one of shape "
+                f"{tuple(param.shape)} is not the model's"
+            )
+        return sharded[name]
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        max_norm = self.settings.max_grad_norm
+        limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
+        params = [p for p in self._optimized_parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
+        full = getattr(norm, "full_tensor", None)  # a DTensor: the norm over every shard
+        self.last_grad_norm = float(full() if full is not None else norm)
+        self.driver.on_pre_optimizer_step()

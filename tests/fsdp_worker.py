@@ -1,0 +1,79 @@
+"""One rank of a 2-process run for ``tests/test_fsdp.py``: DDP or FSDP2 (full shard, shard_grad_op, checkpointing).
+
+``python tests/fsdp_worker.py OUT MODE``: trains a tiny GPT-2 for 4 optimizer steps with GA 2 and
+writes ``OUT/MODE_rank{r}.pt`` holding the logged losses, the full weights and the number of
+parameter elements this rank holds locally.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from tests.tiny import causal_lm_data, tiny_gpt2
+
+__all__ = ["MODES", "train"]
+
+MODES = {
+    "ddp": {},
+    "fsdp": {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["GPT2Block"]}},
+    "fsdp_grad_op": {"fsdp": True, "fsdp_config": {"reshard_after_forward": False}},
+    "fsdp_ckpt": {"fsdp": True, "fsdp_config": {"activation_checkpointing": True, "min_num_params": 0}},
+}
+
+
+def _local_numel(model: torch.nn.Module) -> int:
+    total = 0
+    for param in model.parameters():
+        local = getattr(param, "to_local", None)
+        total += (local() if local is not None else param).numel()
+    return total
+
+
+def train(out_dir: str, mode: str) -> dict:
+    """Train in ``mode``; return the losses logged, the full weights and the local element count."""
+    from hf_lightning import Trainer, TrainingArguments
+
+    args = TrainingArguments(
+        os.path.join(out_dir, mode),
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        seed=3,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        learning_rate=0.05,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        logging_steps=1,
+        **MODES[mode],
+    )
+    model = tiny_gpt2(dropout=0.0)
+    trainer = Trainer(model=model, args=args, train_dataset=causal_lm_data(n=32, seed=5))
+    trainer.train()
+    trainer.save_model(os.path.join(out_dir, f"{mode}_saved"))  # every rank: the weights are gathered
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    state = {}
+    for name, value in model.state_dict().items():
+        full = getattr(value, "full_tensor", None)
+        state[name] = (full() if full is not None else value).detach().clone()
+    each_node = TrainingArguments(os.path.join(out_dir, mode), save_on_each_node=True, log_on_each_node=False)
+    return {
+        "losses": losses,
+        "state": state,
+        "local_numel": _local_numel(model),
+        "should_log": args.should_log,  # log_on_each_node=True (the default)
+        "should_save": args.should_save,  # save_on_each_node=False (the default)
+        "should_save_each_node": each_node.should_save,
+        "should_log_once": each_node.should_log,
+    }
+
+
+if __name__ == "__main__":
+    out, mode = sys.argv[1], sys.argv[2]
+    record = train(out, mode)
+    torch.save(record, os.path.join(out, f"{mode}_rank{os.environ['RANK']}.pt"))

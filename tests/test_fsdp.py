@@ -1,0 +1,182 @@
+"""FSDP: ``fsdp``/``fsdp_config`` become Lightning's FSDP strategies; FSDP2 trains on 2 CPU processes.
+
+The translation tests read ``to_lightning(args)``. The slow tests launch ``tests/fsdp_worker.py`` as 2
+gloo processes (FSDP1 needs an accelerator: torch refuses it on CPU, so the real runs use FSDP2) and
+compare with the same run under DDP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from hf_lightning import TrainingArguments
+from hf_lightning.adapters.fsdp import FSDPSettings, fsdp_settings, wraps_module
+from hf_lightning.adapters.plan import to_lightning
+from tests.tiny import tiny_gpt2
+
+TWO = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+
+
+def _args(tmp_path, **kwargs) -> TrainingArguments:
+    return TrainingArguments(str(tmp_path), use_cpu=True, report_to="none", **kwargs)
+
+
+def test_fsdp_true_plans_model_parallel_strategy(tmp_path) -> None:
+    """``fsdp=True`` (FSDP2, transformers' default) plans a ModelParallelStrategy over the whole world."""
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    plan = to_lightning(_args(tmp_path, fsdp=True), env=TWO)
+    assert isinstance(plan.strategy, ModelParallelStrategy)
+    assert plan.strategy._data_parallel_size == 2 and plan.strategy._tensor_parallel_size == 1
+    assert "fully_shard(reshard_after_forward=True" in plan.describe()
+
+
+def test_legacy_words_fold_into_fsdp2_settings(tmp_path) -> None:
+    """``fsdp="shard_grad_op offload auto_wrap"`` gives reshard_after_forward=False and CPU offload."""
+    settings = fsdp_settings(_args(tmp_path, fsdp="shard_grad_op offload auto_wrap"))
+    assert settings is not None
+    assert (settings.version, settings.reshard_after_forward, settings.cpu_offload) == (2, False, True)
+
+
+def test_fsdp_off_plans_no_fsdp(tmp_path) -> None:
+    """Without ``fsdp`` the plan has no FSDP settings and one process keeps Lightning's 'auto'."""
+    plan = to_lightning(_args(tmp_path))
+    assert plan.distributed.fsdp is None and plan.strategy == "auto"
+
+
+def test_version_1_plans_fsdp_strategy_with_its_options(tmp_path) -> None:
+    """``fsdp_config['version']=1`` plans an FSDPStrategy with sharding, prefetch and offload from the config."""
+    from lightning.pytorch.strategies import FSDPStrategy
+    from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
+
+    config = {"version": 1, "backward_prefetch": "backward_pre", "use_orig_params": "false"}
+    plan = to_lightning(_args(tmp_path, fsdp="hybrid_shard offload", fsdp_config=config), env=TWO)
+    strategy = plan.strategy
+    assert isinstance(strategy, FSDPStrategy)
+    assert strategy.sharding_strategy == ShardingStrategy.HYBRID_SHARD
+    assert strategy.cpu_offload.offload_params is True
+    assert strategy.kwargs["backward_prefetch"] == BackwardPrefetch.BACKWARD_PRE
+    assert strategy.kwargs["use_orig_params"] is False
+
+
+def test_sharded_state_dict_type_asks_for_distributed_checkpoints(tmp_path) -> None:
+    """``state_dict_type=SHARDED_STATE_DICT`` sets ModelParallelStrategy's save_distributed_checkpoint."""
+    args = _args(tmp_path, fsdp=True, fsdp_config={"state_dict_type": "SHARDED_STATE_DICT"})
+    assert to_lightning(args, env=TWO).strategy._save_distributed_checkpoint is True
+
+
+def test_hybrid_shard_needs_version_1(tmp_path) -> None:
+    """``fsdp="hybrid_shard"`` with FSDP2 is refused, as transformers refuses it."""
+    with pytest.raises(ValueError, match="hybrid_shard.*version"):
+        _args(tmp_path, fsdp="hybrid_shard")
+
+
+def test_unknown_auto_wrap_policy_is_refused(tmp_path) -> None:
+    """An ``auto_wrap_policy`` outside Accelerate's three is refused, naming the choices."""
+    with pytest.raises(ValueError, match="SIZE_BASED_WRAP"):
+        _args(tmp_path, fsdp=True, fsdp_config={"auto_wrap_policy": "EVERYTHING"})
+
+
+def test_fsdp2_refuses_local_state_dict(tmp_path) -> None:
+    """FSDP2 with ``state_dict_type=LOCAL_STATE_DICT`` is refused, as Accelerate refuses it."""
+    args = _args(tmp_path, fsdp=True, fsdp_config={"state_dict_type": "LOCAL_STATE_DICT"})
+    with pytest.raises(ValueError, match="state_dict_type.*FSDP2"):
+        to_lightning(args)
+
+
+def test_fsdp2_refuses_forward_prefetch(tmp_path) -> None:
+    """FSDP2 with ``forward_prefetch`` is refused, as Accelerate refuses it."""
+    args = _args(tmp_path, fsdp=True, fsdp_config={"forward_prefetch": True})
+    with pytest.raises(ValueError, match="forward_prefetch"):
+        to_lightning(args)
+
+
+def test_xla_fsdp_is_not_supported(tmp_path) -> None:
+    """``fsdp_config['xla']`` raises NotImplementedError naming the key."""
+    args = _args(tmp_path, fsdp=True, fsdp_config={"xla": True})
+    with pytest.raises(NotImplementedError, match="xla"):
+        to_lightning(args)
+
+
+def test_unknown_layer_class_is_refused() -> None:
+    """A ``transformer_layer_cls_to_wrap`` the model lacks is refused, naming the class."""
+    settings = FSDPSettings(
+        2, True, False, "TRANSFORMER_BASED_WRAP", 0, ("NoSuchBlock",), "FULL_STATE_DICT", False, False
+    )
+    with pytest.raises(ValueError, match="NoSuchBlock"):
+        wraps_module(settings, tiny_gpt2())
+
+
+def test_default_wrap_uses_no_split_modules() -> None:
+    """Without class names, the layers wrapped are the model's ``_no_split_modules`` (GPT2Block)."""
+    settings = FSDPSettings(
+        2, True, False, "TRANSFORMER_BASED_WRAP", 0, None, "FULL_STATE_DICT", False, False
+    )
+    model = tiny_gpt2()
+    wrapped = [type(m).__name__ for m in model.modules() if wraps_module(settings, model)(m)]
+    assert wrapped == ["GPT2Block", "GPT2Block"]
+
+
+def test_size_based_wrap_uses_min_num_params() -> None:
+    """``SIZE_BASED_WRAP`` wraps every module with at least ``min_num_params`` parameters."""
+    settings = FSDPSettings(2, True, False, "SIZE_BASED_WRAP", 20000, None, "FULL_STATE_DICT", False, False)
+    model = tiny_gpt2()
+    predicate = wraps_module(settings, model)
+    assert all(sum(p.numel() for p in m.parameters()) >= 20000 for m in model.modules() if predicate(m))
+    assert predicate(model.transformer.h[0]) and not predicate(model.transformer.ln_f)
+
+
+# --- real runs: 2 gloo processes ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """DDP and FSDP2 (full shard, shard_grad_op, activation checkpointing) runs: per mode, each rank's record."""
+    from tests._ddp import run_ranks
+
+    out = tmp_path_factory.mktemp("fsdp")
+    modes = ("ddp", "fsdp", "fsdp_grad_op", "fsdp_ckpt")
+    for mode in modes:
+        run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
+    runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
+    return {**runs, "folder": out}
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op", "fsdp_ckpt"])
+def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
+    """After 4 steps with GA 2, FSDP2's gathered weights (full shard, shard_grad_op, activation checkpointing) equal DDP's within 1e-5."""
+    ddp = fsdp_runs["ddp"][0]["state"]
+    for record in fsdp_runs[mode]:
+        for name, value in ddp.items():
+            torch.testing.assert_close(record["state"][name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_fsdp_logs_the_losses_ddp_logs(fsdp_runs) -> None:
+    """The losses logged under FSDP2 equal those logged under DDP."""
+    assert fsdp_runs["fsdp"][0]["losses"] == pytest.approx(fsdp_runs["ddp"][0]["losses"], abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs) -> None:
+    """``save_model()`` after FSDP2 training writes full weights that ``from_pretrained`` loads: DDP's weights."""
+    from transformers import GPT2LMHeadModel
+
+    loaded = GPT2LMHeadModel.from_pretrained(fsdp_runs["folder"] / "fsdp_saved").state_dict()
+    for name, value in fsdp_runs["ddp"][0]["state"].items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_each_rank_holds_half_the_parameters(fsdp_runs) -> None:
+    """Under FSDP2 each rank holds half of the parameter elements DDP holds whole."""
+    whole = fsdp_runs["ddp"][0]["local_numel"]
+    assert [record["local_numel"] for record in fsdp_runs["fsdp"]] == [whole // 2, whole // 2]
