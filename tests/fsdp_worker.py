@@ -1,4 +1,4 @@
-"""One rank of a 2-process run for ``tests/test_fsdp.py``: DDP or FSDP2 (full shard, shard_grad_op, checkpointing).
+"""One rank of a 2-process run for ``tests/adapters/test_fsdp.py``: DDP or FSDP2 (full shard, shard_grad_op, checkpointing).
 
 ``python tests/fsdp_worker.py OUT MODE``: trains a tiny GPT-2 for 4 optimizer steps with GA 2 and
 writes ``OUT/MODE_rank{r}.pt`` holding the logged losses, the full weights and the number of

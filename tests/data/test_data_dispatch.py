@@ -1,7 +1,7 @@
 """DispatchedBatches: each data-parallel process's share of an IterableDataset, as accelerate dispatches it.
 
 The processes are simulated by iterating once per rank; every rank reads the same stream. The real
-2-process run against transformers is in tests/test_iterable_ddp.py.
+2-process run against transformers is in tests/adapters/test_iterable_ddp.py.
 """
 
 from __future__ import annotations

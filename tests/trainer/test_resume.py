@@ -20,7 +20,7 @@ import torch
 import hf_lightning
 from tests.tiny import StopAt, causal_lm_data, tiny_gpt2
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CASES = {  # name: (train_sampling_strategy, step at which the first process stops)
     "random-mid-first-epoch": ("random", 2),
     "random-epoch-boundary": ("random", 4),
@@ -99,7 +99,7 @@ import json, sys
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
-from tests.test_resume import CASES, make_trainer, step_logs
+from tests.trainer.test_resume import CASES, make_trainer, step_logs
 
 results = {{}}
 for name, (strategy, stop) in CASES.items():

@@ -24,7 +24,7 @@ from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.trainer_utils import get_last_checkpoint
 from tests.tiny import RegressionModel, StopAt, regression_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def make_trainer(output_dir: str, callbacks=None, processing_class=None, **kwargs) -> hf_lightning.Trainer:
@@ -59,7 +59,7 @@ import os, signal, sys
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
-from tests.test_crash_safety import make_trainer
+from tests.checkpoint.test_crash_safety import make_trainer
 
 class KillDuringThirdSave:
     calls = 0

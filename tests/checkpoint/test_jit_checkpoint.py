@@ -23,7 +23,7 @@ from hf_lightning.checkpoint import is_checkpoint_complete, load_model_weights
 from hf_lightning.checkpoint.jit import JITTimings, SigtermWatch, should_stop
 from tests.tiny import RegressionModel, regression_data
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_STEPS = 12
 
 
@@ -256,7 +256,7 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
 from hf_lightning.callbacks import TrainerCallback
-from tests.test_jit_checkpoint import make_trainer
+from tests.checkpoint.test_jit_checkpoint import make_trainer
 
 class PauseAt(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
@@ -329,7 +329,7 @@ import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
 from hf_lightning.callbacks import TrainerCallback
-from tests.test_jit_checkpoint import make_trainer
+from tests.checkpoint.test_jit_checkpoint import make_trainer
 
 rank, mode = int(os.environ["RANK"]), sys.argv[2]
 

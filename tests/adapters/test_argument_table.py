@@ -24,7 +24,7 @@ from hf_lightning.args.enums import HubStrategy
 from hf_lightning.args.seq2seq import Seq2SeqTrainingArguments
 from hf_lightning.args.training_args import TrainingArguments
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # A non-default value for every "not yet" field; a new "not yet" row needs an entry here.
 NOT_YET_VALUES = {
