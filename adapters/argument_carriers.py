@@ -5,7 +5,7 @@ starts with a key of :data:`CARRIER_SOURCES`, which lists the code that carries 
 function or class of a module (``"module:name"``), or a whole package. A part is honest when that
 code reads the field: an attribute of that name (``args.<field>``, ``settings.<field>``, the plan
 builder's ``args.<field>``) or the name as a string (``getattr(args, "<field>")``).
-:func:`unread_claims` lists the parts that are not; ``tests/test_argument_table.py`` keeps it empty.
+:func:`unread_claims` lists the parts that are not; ``tests/adapters/test_argument_table.py`` keeps it empty.
 
 The code is read as text (``ast``), never imported.
 """
