@@ -227,7 +227,10 @@ class HFModule(L.LightningModule):
             self.driver.on_micro_batch_end(inputs, loss)
             if index < len(window) - 1:
                 self.driver.on_substep_end()
-        optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
+        if callable(getattr(optimizer.optimizer, "fused_backward", None)):  # LOMO: updated in backward,
+            self.on_before_optimizer_step(optimizer.optimizer)  # no step (grad_norm, pre-step event)
+        else:
+            optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
         self.driver.on_optimizer_step()
         learning_rate = self.current_learning_rate()
         if steps_per_update(self.hf_lr_scheduler):
@@ -239,12 +242,9 @@ class HFModule(L.LightningModule):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``manual_backward``; a direct ``loss.backward()`` when nothing else would run.
 
-        On one device at 32-bit precision, Lightning's path (strategy, precision plugin, the
-        ``on_before_backward``/``on_after_backward`` hooks of every callback and of this module)
-        ends in ``loss.backward()`` and does nothing else unless a hook is overridden. It costs
-        about 40 us per micro-batch, so when no hook listens the call goes straight to autograd.
-        Any other strategy (DDP), precision plugin (gradient scaling) or listening hook takes
-        Lightning's path.
+        On one device at 32-bit precision with no ``on_before/after_backward`` hook overridden,
+        Lightning's path (~40 us per micro-batch) ends in ``loss.backward()`` alone, so the call goes
+        straight to autograd; any other strategy, precision plugin or listening hook takes Lightning's.
         """
         if self._backward_is_plain():
             loss.backward(*args, **kwargs)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from hf_lightning.optim.adafactor import Adafactor, AdafactorSchedule, get_adafactor_schedule
 from hf_lightning.optim.greedy import GreedyLR
+from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer, LayerWiseDummyScheduler
 from hf_lightning.optim.optimizers import (
+    PACKAGE_OPTIMIZERS,
     SUPPORTED_OPTIMIZERS,
-    UNSUPPORTED_OPTIMIZERS,
     create_optimizer,
     get_decay_parameter_names,
     get_learning_rates,
@@ -40,11 +41,13 @@ from hf_lightning.optim.schedulers import (
 __all__ = [
     "METRIC_DRIVEN_SCHEDULERS",
     "SCHEDULER_NAMES",
+    "PACKAGE_OPTIMIZERS",
     "SUPPORTED_OPTIMIZERS",
-    "UNSUPPORTED_OPTIMIZERS",
     "Adafactor",
     "AdafactorSchedule",
     "GreedyLR",
+    "LayerWiseDummyOptimizer",
+    "LayerWiseDummyScheduler",
     "create_optimizer",
     "get_adafactor_schedule",
     "get_constant_schedule",

@@ -20,6 +20,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, enum_value
 from hf_lightning.optim import lr_lambdas as lam
 from hf_lightning.optim.greedy import GreedyLR
+from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer, layerwise_scheduler
 
 __all__ = [
     "METRIC_DRIVEN_SCHEDULERS",
@@ -327,7 +328,7 @@ def get_scheduler(
     num_warmup_steps: int | None = None,
     num_training_steps: int | None = None,
     scheduler_specific_kwargs: dict[str, Any] | None = None,
-) -> LRScheduler | GreedyLR:
+) -> LRScheduler | GreedyLR | Any:
     """Build the scheduler called ``name`` (a ``SchedulerType`` value, as str or str-Enum).
 
     ``num_warmup_steps`` is required by every schedule except constant, reduce_lr_on_plateau and
@@ -336,6 +337,13 @@ def get_scheduler(
     (``TrainingArguments.lr_scheduler_kwargs``) go to the builder; constant and
     constant_with_warmup take none, and ignore them with a warning as transformers ignores them.
     """
+    if isinstance(optimizer, LayerWiseDummyOptimizer):  # one scheduler per parameter, stepped in backward
+        return layerwise_scheduler(
+            optimizer,
+            lambda inner: get_scheduler(
+                name, inner, num_warmup_steps, num_training_steps, scheduler_specific_kwargs
+            ),
+        )
     key = _scheduler_key(name)
     builder = _BUILDERS[key]
     kwargs = dict(scheduler_specific_kwargs or {})

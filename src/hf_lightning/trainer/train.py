@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer_utils import TrainOutput, get_last_checkpoint, has_length, set_seed, speed_metrics
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
@@ -62,6 +63,8 @@ class TrainLauncher:
             t.model = t.model_wrapped = t.call_model_init(trial)
             t._inspect_model()
             t.optimizer, t.lr_scheduler = None, None
+        if args.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
+            apply_liger_kernel(t.model, args.liger_kernel_config)
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
