@@ -28,9 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # A non-default value for every "not yet" field; a new "not yet" row needs an entry here.
 NOT_YET_VALUES = {
-    "optim_target_modules": ["attn"],
-    "use_liger_kernel": True,
-    "liger_kernel_config": {"rope": True},
     "trackio_space_id": "me/space",
     "trackio_bucket_id": "bucket",
     "trackio_static_space_id": "me/static",
@@ -121,13 +118,13 @@ def test_not_yet_field_with_a_value_is_refused(name, value):
 
 def test_one_error_names_every_not_yet_field():
     """Several "not yet" fields are reported together, in one error."""
-    args = TrainingArguments(deepspeed="ds.json", push_to_hub=True, use_liger_kernel=True)
+    args = TrainingArguments(deepspeed="ds.json", push_to_hub=True, trackio_bucket_id="bucket")
     with pytest.raises(NotImplementedError) as caught:
         check_supported(args)
     message = str(caught.value)
     assert "`TrainingArguments(deepspeed='ds.json')` is not supported by hf_lightning yet" in message
     assert "`TrainingArguments(push_to_hub=True)`" in message
-    assert "`TrainingArguments(use_liger_kernel=True)`" in message
+    assert "`TrainingArguments(trackio_bucket_id='bucket')`" in message
 
 
 def test_refusal_names_the_seq2seq_class():

@@ -291,3 +291,12 @@ def test_schedule_free_evaluates_and_saves_in_eval_mode(tmp_path):
     )
     trainer.train()
     assert seen == [("step", True), ("evaluate", False), ("save", False)] * 2
+
+
+def test_galore_adafactor_layerwise_builds(tmp_path):
+    """galore_adafactor_layerwise builds per-parameter Adafactors without relative steps (transformers raises)."""
+    pytest.importorskip("galore_torch")
+    args = make_args(tmp_path, optim="galore_adafactor_layerwise", optim_target_modules=["proj"])
+    optimizer = create_optimizer(TwoLinear(), args)
+    inner = list(optimizer.optimizer_dict.values())
+    assert all(not o.defaults["relative_step"] and not o.defaults["scale_parameter"] for o in inner)

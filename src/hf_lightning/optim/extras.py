@@ -129,10 +129,10 @@ def _galore(r: OptimizerRequest) -> tuple[Any, dict[str, Any]]:
         "scale": float(pop("scale", 0.25)),
         "proj_type": pop("proj_type", "std"),
     }
-    cls, kwargs = setup_low_rank_optimizer(r.args, r.model, r.name, cls, low_rank, dict(r.kwargs))
-    if r.name == "galore_adafactor":  # transformers sets these for the non-layerwise Adafactor only
-        kwargs.update(scale_parameter=False, relative_step=False)
-    return cls, kwargs
+    kwargs = dict(r.kwargs)
+    if base == "galore_adafactor":  # transformers sets these after building the layer-wise optimizers,
+        kwargs.update(scale_parameter=False, relative_step=False)  # whose Adafactor then rejects `lr`
+    return setup_low_rank_optimizer(r.args, r.model, r.name, cls, low_rank, kwargs)
 
 
 def _apollo(r: OptimizerRequest) -> tuple[Any, dict[str, Any]]:
