@@ -182,13 +182,11 @@ class HFModule(L.LightningModule):
         (``reduce_lr_on_plateau``, ``greedy``) are stepped with the evaluation metric by the trainer.
         """
         optimizer, scheduler = self._optimizers_given
-        if optimizer is None:
-            from hf_lightning.optim import create_optimizer
+        from hf_lightning.optim import create_optimizer, get_scheduler
 
+        if optimizer is None:
             optimizer = create_optimizer(self.model, self.args)
         if scheduler is None:
-            from hf_lightning.optim import get_scheduler
-
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = get_scheduler(
                 self.settings.lr_scheduler_type,
@@ -196,6 +194,7 @@ class HFModule(L.LightningModule):
                 num_warmup_steps=resolve_steps(self.settings.warmup_steps, total),
                 num_training_steps=total,
                 scheduler_specific_kwargs=dict(self.settings.lr_scheduler_kwargs),
+                per_parameter=False,  # a layer-wise optimizer's inner rates stay fixed, as in transformers
             )
         self.hf_lr_scheduler = scheduler
         return optimizer

@@ -27,7 +27,6 @@ CPU_CASES: dict[str, tuple[str, dict]] = {
     "apollo_adamw": ("apollo_torch", {**_LOW_RANK, "optim_args": "rank=4,update_proj_gap=2,proj=random"}),
     "apollo_adamw_layerwise": ("apollo_torch", _LOW_RANK),
     "lomo": ("lomo_optim", {"learning_rate": 1e-2}),
-    "adalomo": ("lomo_optim", {"learning_rate": 1e-2}),
 }
 HYPER = dict(learning_rate=1e-3, weight_decay=0.01, adam_beta1=0.85, adam_beta2=0.98, adam_epsilon=1e-7)
 

@@ -328,6 +328,8 @@ def get_scheduler(
     num_warmup_steps: int | None = None,
     num_training_steps: int | None = None,
     scheduler_specific_kwargs: dict[str, Any] | None = None,
+    *,
+    per_parameter: bool = True,
 ) -> LRScheduler | GreedyLR | Any:
     """Build the scheduler called ``name`` (a ``SchedulerType`` value, as str or str-Enum).
 
@@ -336,8 +338,10 @@ def get_scheduler(
     warmup_stable_decay (which may take ``num_stable_steps`` instead). ``scheduler_specific_kwargs``
     (``TrainingArguments.lr_scheduler_kwargs``) go to the builder; constant and
     constant_with_warmup take none, and ignore them with a warning as transformers ignores them.
+    A layer-wise optimizer gets one scheduler per parameter, stepped in backward; ``per_parameter=False``
+    schedules it like any optimizer, as ``transformers.Trainer`` ends up doing (docs/optimizers.md).
     """
-    if isinstance(optimizer, LayerWiseDummyOptimizer):  # one scheduler per parameter, stepped in backward
+    if per_parameter and isinstance(optimizer, LayerWiseDummyOptimizer):  # stepped in backward
         return layerwise_scheduler(
             optimizer,
             lambda inner: get_scheduler(

@@ -54,7 +54,8 @@ class OptimizerSetup:
                 num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
                 num_training_steps=num_training_steps,
                 scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
-            )
+                per_parameter=False,  # transformers' Trainer hands get_scheduler its accelerate-wrapped
+            )  # optimizer, so a layer-wise one is scheduled as one group and its inner rates stay fixed
             self.created_lr_scheduler = True
         return t.lr_scheduler
 
