@@ -300,3 +300,18 @@ def test_galore_adafactor_layerwise_builds(tmp_path):
     optimizer = create_optimizer(TwoLinear(), args)
     inner = list(optimizer.optimizer_dict.values())
     assert all(not o.defaults["relative_step"] and not o.defaults["scale_parameter"] for o in inner)
+
+
+def test_resuming_galore_state_is_refused_with_a_named_file(tmp_path):
+    """GaLore's optimizer.pt holds projector objects: resuming it raises CheckpointError naming the file."""
+    pytest.importorskip("galore_torch")
+    from hf_lightning.checkpoint.io import CheckpointError
+
+    args = make_args(
+        tmp_path, optim="galore_adamw", optim_target_modules=["proj"], optim_args="rank=4,update_proj_gap=1",
+        max_steps=2, save_strategy="steps", save_steps=1,
+    )  # fmt: skip
+    Trainer(TwoLinear(), args, train_dataset=_ids_data()).train()
+    resumed = Trainer(TwoLinear(), args, train_dataset=_ids_data())
+    with pytest.raises(CheckpointError, match="optimizer.pt"):
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))

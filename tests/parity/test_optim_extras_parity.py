@@ -27,6 +27,13 @@ CPU_CASES: dict[str, tuple[str, dict]] = {
     "apollo_adamw": ("apollo_torch", {**_LOW_RANK, "optim_args": "rank=4,update_proj_gap=2,proj=random"}),
     "apollo_adamw_layerwise": ("apollo_torch", _LOW_RANK),
     "lomo": ("lomo_optim", {"learning_rate": 1e-2}),
+    "adamw_bnb_8bit": ("bitsandbytes", {}),
+    "paged_adamw_32bit": ("bitsandbytes", {}),
+    "lion_8bit": ("bitsandbytes", {}),
+    "rmsprop_bnb_8bit": ("bitsandbytes", {}),  # optim_args reach RMSprop as strings, in transformers too
+    "ademamix_8bit": ("bitsandbytes", {"optim_args": "beta3=0.999,alpha=4.0"}),
+    "adamw_torch_4bit": ("torchao", {}),
+    "adamw_torch_8bit": ("torchao", {}),
 }
 HYPER = dict(learning_rate=1e-3, weight_decay=0.01, adam_beta1=0.85, adam_beta2=0.98, adam_epsilon=1e-7)
 
@@ -97,7 +104,12 @@ def test_same_losses_over_four_steps(name, tmp_path):
     assert_same_weights(runs["hf"], runs["ours"])
 
 
-RESUMABLE = [n for n in CPU_CASES if not n.endswith("layerwise")]  # transformers saves no layer-wise state
+# Not resumable, in transformers either: layer-wise optimizers save no state; GaLore / APOLLO state
+# holds projector objects, which a weights_only load refuses (test_optim_extras.py checks our error);
+# GrokAdamW keeps its moments in param_groups keyed by the parameter objects, which a state_dict
+# round trip cannot map back to the live parameters.
+NOT_RESUMABLE = ("galore", "apollo", "grokadamw")
+RESUMABLE = [n for n in CPU_CASES if not n.endswith("layerwise") and not n.startswith(NOT_RESUMABLE)]
 
 
 @pytest.mark.parametrize("name", RESUMABLE)
