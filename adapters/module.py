@@ -57,7 +57,8 @@ class StandaloneDriver:
         loss = compute_model_loss(model, inputs, module.loss_settings, num_items_in_batch=num_items_in_batch)
         if not module.loss_settings.loss_is_scaled_for_ga(num_items_in_batch):
             loss = loss / module.window_size
-        module.manual_backward(loss)
+        fused = getattr(cast(Any, module.optimizers()).optimizer, "fused_backward", None)  # LOMO: it updates
+        fused(loss, module.current_learning_rate()) if callable(fused) else module.manual_backward(loss)
         return loss.detach()
 
     def on_train_begin(self) -> None: ...
@@ -226,10 +227,7 @@ class HFModule(L.LightningModule):
             self.driver.on_micro_batch_end(inputs, loss)
             if index < len(window) - 1:
                 self.driver.on_substep_end()
-        if callable(getattr(optimizer.optimizer, "fused_backward", None)):  # LOMO: updated in backward,
-            self.on_before_optimizer_step(optimizer.optimizer)  # no step (grad_norm, pre-step event)
-        else:
-            optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
+        optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
         self.driver.on_optimizer_step()
         learning_rate = self.current_learning_rate()
         if steps_per_update(self.hf_lr_scheduler):

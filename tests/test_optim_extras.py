@@ -315,3 +315,22 @@ def test_resuming_galore_state_is_refused_with_a_named_file(tmp_path):
     resumed = Trainer(TwoLinear(), args, train_dataset=_ids_data())
     with pytest.raises(CheckpointError, match="optimizer.pt"):
         resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
+
+
+def test_lomo_trains_under_a_plain_lightning_fit(tmp_path):
+    """HFModule alone (a plain lightning.Trainer) trains with LOMO through its fused backward."""
+    pytest.importorskip("lomo_optim")
+    import lightning as L
+
+    from hf_lightning.adapters import AccumulationWindows, HFModule
+
+    model = TwoLinear()
+    before = model.head.weight.detach().clone()
+    args = make_args(tmp_path, optim="lomo", learning_rate=1e-1, max_grad_norm=0.0)
+    loader = torch.utils.data.DataLoader(_ids_data(8), batch_size=4)
+    trainer = L.Trainer(
+        max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu",
+    )  # fmt: skip
+    trainer.fit(HFModule(model, args), AccumulationWindows(loader, 1))
+    assert not torch.equal(model.head.weight, before)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import types
 import warnings
 from typing import Any
 
@@ -223,9 +224,22 @@ def create_optimizer(
         if key in optimizer_kwargs:
             first = optimizer_kwargs.pop(key)
     optimizer = optimizer_cls(first, **optimizer_kwargs)
+    if callable(getattr(optimizer, "fused_backward", None)):
+        _step_runs_closure_only(optimizer)
     if "bitsandbytes" in str(optimizer_cls) and optimizer_kwargs.get("optim_bits") == 8:
         _embeddings_in_32_bit(model)
     return optimizer
+
+
+def _step_runs_closure_only(optimizer: torch.optim.Optimizer) -> None:
+    """LOMO updates the weights in ``fused_backward``: its ``step`` only runs the closure (the
+    clipping / pre-step hooks Lightning passes), as accelerate makes it a no-op for transformers."""
+
+    def step(self: torch.optim.Optimizer, closure: Any = None) -> None:
+        if closure is not None:
+            closure()
+
+    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
 
 
 def _embeddings_in_32_bit(model: nn.Module) -> None:
