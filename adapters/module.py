@@ -183,19 +183,18 @@ class HFModule(L.LightningModule):
         (``reduce_lr_on_plateau``, ``greedy``) are stepped with the evaluation metric by the trainer.
         """
         optimizer, scheduler = self._optimizers_given
-        from hf_lightning.optim import create_optimizer, get_scheduler
+        from hf_lightning.optim import create_optimizer, get_trainer_scheduler
 
         if optimizer is None:
             optimizer = create_optimizer(self.model, self.args)
         if scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
-            scheduler = get_scheduler(
+            scheduler = get_trainer_scheduler(
                 self.settings.lr_scheduler_type,
                 optimizer,
                 num_warmup_steps=resolve_steps(self.settings.warmup_steps, total),
                 num_training_steps=total,
                 scheduler_specific_kwargs=dict(self.settings.lr_scheduler_kwargs),
-                per_parameter=False,  # a layer-wise optimizer's inner rates stay fixed, as in transformers
             )
         self.hf_lr_scheduler = scheduler
         return optimizer

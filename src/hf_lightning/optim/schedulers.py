@@ -328,8 +328,6 @@ def get_scheduler(
     num_warmup_steps: int | None = None,
     num_training_steps: int | None = None,
     scheduler_specific_kwargs: dict[str, Any] | None = None,
-    *,
-    per_parameter: bool = True,
 ) -> LRScheduler | GreedyLR | Any:
     """Build the scheduler called ``name`` (a ``SchedulerType`` value, as str or str-Enum).
 
@@ -338,23 +336,40 @@ def get_scheduler(
     warmup_stable_decay (which may take ``num_stable_steps`` instead). ``scheduler_specific_kwargs``
     (``TrainingArguments.lr_scheduler_kwargs``) go to the builder; constant and
     constant_with_warmup take none, and ignore them with a warning as transformers ignores them.
-    A layer-wise optimizer gets one scheduler per parameter, stepped in backward; ``per_parameter=False``
-    schedules it like any optimizer, as ``transformers.Trainer`` ends up doing (docs/optimizers.md).
+    A layer-wise optimizer gets one scheduler per parameter, stepped in backward (the Trainer does
+    not: see :func:`get_trainer_scheduler`).
     """
-    if per_parameter and isinstance(optimizer, LayerWiseDummyOptimizer):  # stepped in backward
+    if isinstance(optimizer, LayerWiseDummyOptimizer):  # one scheduler per parameter, stepped in backward
         return layerwise_scheduler(
             optimizer,
             lambda inner: get_scheduler(
                 name, inner, num_warmup_steps, num_training_steps, scheduler_specific_kwargs
             ),
         )
+    return get_trainer_scheduler(
+        name, optimizer, num_warmup_steps, num_training_steps, scheduler_specific_kwargs
+    )
+
+
+def get_trainer_scheduler(
+    name: str,
+    optimizer: Optimizer,
+    num_warmup_steps: int | None = None,
+    num_training_steps: int | None = None,
+    scheduler_specific_kwargs: dict[str, Any] | None = None,
+) -> LRScheduler | GreedyLR:
+    """:func:`get_scheduler` as the Trainer uses it: a layer-wise optimizer is scheduled as one group.
+
+    transformers' Trainer hands ``get_scheduler`` its accelerate-wrapped optimizer, so the per-parameter
+    branch never runs there: the logged rate follows the schedule and the inner rates stay fixed.
+    """
     key = _scheduler_key(name)
     builder = _BUILDERS[key]
     kwargs = dict(scheduler_specific_kwargs or {})
     if key in _IGNORE_KWARGS and kwargs:
         warnings.warn(
             f"lr_scheduler_type={key!r} takes no `lr_scheduler_kwargs`; ignoring {sorted(kwargs)}",
-            stacklevel=2,
+            stacklevel=3,
         )
     if key == "constant":
         return builder(optimizer)

@@ -48,14 +48,15 @@ class OptimizerSetup:
         """``Trainer.create_scheduler``: the scheduler of ``args.lr_scheduler_type``."""
         t = self.trainer
         if t.lr_scheduler is None:
-            t.lr_scheduler = _optim.get_scheduler(
-                t.args.lr_scheduler_type,
-                optimizer=t.optimizer if optimizer is None else optimizer,
-                num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
-                num_training_steps=num_training_steps,
-                scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
-                per_parameter=False,  # transformers' Trainer hands get_scheduler its accelerate-wrapped
-            )  # optimizer, so a layer-wise one is scheduled as one group and its inner rates stay fixed
+            t.lr_scheduler = (
+                _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
+                    t.args.lr_scheduler_type,
+                    optimizer=t.optimizer if optimizer is None else optimizer,
+                    num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
+                    num_training_steps=num_training_steps,
+                    scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
+                )
+            )
             self.created_lr_scheduler = True
         return t.lr_scheduler
 
