@@ -35,12 +35,27 @@ class LightningAccelerator:
         module = self.module
         return getattr(module, "_trainer", None) if module is not None else None
 
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backward through Lightning, so mixed-precision scaling and DDP hooks apply."""
+    def backward(self, loss: torch.Tensor, learning_rate: float | None = None, **kwargs: Any) -> None:
+        """Backward through Lightning, so mixed-precision scaling and DDP hooks apply.
+
+        With ``learning_rate`` (transformers passes it for ``optim="lomo"`` / ``"adalomo"``) the
+        LOMO optimizer runs the backward and updates the weights as the gradients arrive.
+        """
+        fused = getattr(self._optimizer(), "fused_backward", None)
+        if learning_rate is not None and callable(fused):
+            fused(loss, learning_rate)
+            return
         if self._trainer is None:
             loss.backward(**kwargs)
         else:
             self.module.manual_backward(loss, **kwargs)
+
+    def _optimizer(self) -> Any:
+        module = self.module
+        if module is None:
+            return None
+        optimizer = getattr(getattr(module, "_trainer", None), "optimizers", None) or [None]
+        return getattr(optimizer[0], "optimizer", optimizer[0])
 
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True) -> nn.Module:
         return unwrap_model(model)

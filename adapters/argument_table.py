@@ -97,7 +97,9 @@ _TABLE: dict[str, ArgumentRow] = {
             "adam_epsilon": _FACADE_OPT,
         },
     ),
-    "optim_target_modules": ArgumentRow("GaLore / APOLLO optimizers (not built)", NOT_YET),
+    "optim_target_modules": ArgumentRow(
+        "hf_lightning.optim (GaLore / APOLLO low-rank parameter groups, called by the Trainer facade and HFModule)"
+    ),
     **_rows(
         SUPPORTED,
         {
@@ -119,8 +121,10 @@ _TABLE: dict[str, ArgumentRow] = {
             "torch_compile_mode": "HFModule (torch.compile mode)",
         },
     ),
-    "use_liger_kernel": ArgumentRow("Liger kernels (not built)", NOT_YET),
-    "liger_kernel_config": ArgumentRow("Liger kernels (not built)", NOT_YET),
+    "use_liger_kernel": ArgumentRow(
+        "Trainer facade (hf_lightning.kernels: Liger kernels patched in at train(); CUDA only)"
+    ),
+    "liger_kernel_config": ArgumentRow("Trainer facade (kwargs of Liger's kernel patching at train())"),
     **_rows(
         SUPPORTED,
         {

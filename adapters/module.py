@@ -185,15 +185,13 @@ class HFModule(L.LightningModule):
         (``reduce_lr_on_plateau``, ``greedy``) are stepped with the evaluation metric by the trainer.
         """
         optimizer, scheduler = self._optimizers_given
-        if optimizer is None:
-            from hf_lightning.optim import create_optimizer
+        from hf_lightning.optim import create_optimizer, get_trainer_scheduler
 
+        if optimizer is None:
             optimizer = create_optimizer(self.model, self.args)
         if scheduler is None:
-            from hf_lightning.optim import get_scheduler
-
             total = int(self.trainer.estimated_stepping_batches)
-            scheduler = get_scheduler(
+            scheduler = get_trainer_scheduler(
                 self.settings.lr_scheduler_type,
                 optimizer,
                 num_warmup_steps=resolve_steps(self.settings.warmup_steps, total),
@@ -245,12 +243,9 @@ class HFModule(L.LightningModule):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Lightning's ``manual_backward``; a direct ``loss.backward()`` when nothing else would run.
 
-        On one device at 32-bit precision, Lightning's path (strategy, precision plugin, the
-        ``on_before_backward``/``on_after_backward`` hooks of every callback and of this module)
-        ends in ``loss.backward()`` and does nothing else unless a hook is overridden. It costs
-        about 40 us per micro-batch, so when no hook listens the call goes straight to autograd.
-        Any other strategy (DDP), precision plugin (gradient scaling) or listening hook takes
-        Lightning's path.
+        On one device at 32-bit precision with no ``on_before/after_backward`` hook overridden,
+        Lightning's path (~40 us per micro-batch) ends in ``loss.backward()`` alone, so the call goes
+        straight to autograd; any other strategy, precision plugin or listening hook takes Lightning's.
         """
         if self._backward_is_plain():
             loss.backward(*args, **kwargs)

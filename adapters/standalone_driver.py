@@ -9,7 +9,7 @@ gradient norm to Lightning.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -42,7 +42,8 @@ class StandaloneDriver:
         loss = compute_model_loss(model, inputs, module.loss_settings, num_items_in_batch=num_items_in_batch)
         if not module.loss_settings.loss_is_scaled_for_ga(num_items_in_batch):
             loss = loss / module.window_size
-        module.manual_backward(loss)
+        fused = getattr(cast(Any, module.optimizers()).optimizer, "fused_backward", None)  # LOMO: it updates
+        fused(loss, module.current_learning_rate()) if callable(fused) else module.manual_backward(loss)
         return loss.detach()
 
     def on_train_begin(self) -> None: ...

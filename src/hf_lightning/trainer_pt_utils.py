@@ -6,6 +6,7 @@ transformers' ``get_learning_rates`` there is a Trainer method in disguise (it t
 
 from __future__ import annotations
 
+from hf_lightning.optim import LayerWiseDummyOptimizer, LayerWiseDummyScheduler
 from hf_lightning.trainer_utils import get_model_param_count
 
-__all__ = ["get_model_param_count"]
+__all__ = ["LayerWiseDummyOptimizer", "LayerWiseDummyScheduler", "get_model_param_count"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from hf_lightning.optim.adafactor import Adafactor, AdafactorSchedule, get_adafactor_schedule
 from hf_lightning.optim.greedy import GreedyLR
+from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer, LayerWiseDummyScheduler
 from hf_lightning.optim.optimizers import (
+    PACKAGE_OPTIMIZERS,
     SUPPORTED_OPTIMIZERS,
-    UNSUPPORTED_OPTIMIZERS,
     create_optimizer,
     get_decay_parameter_names,
     get_learning_rates,
@@ -32,6 +33,7 @@ from hf_lightning.optim.schedulers import (
     get_polynomial_decay_schedule_with_warmup,
     get_reduce_on_plateau_schedule,
     get_scheduler,
+    get_trainer_scheduler,
     get_wsd_schedule,
     steps_on_metric,
     steps_per_update,
@@ -40,11 +42,13 @@ from hf_lightning.optim.schedulers import (
 __all__ = [
     "METRIC_DRIVEN_SCHEDULERS",
     "SCHEDULER_NAMES",
+    "PACKAGE_OPTIMIZERS",
     "SUPPORTED_OPTIMIZERS",
-    "UNSUPPORTED_OPTIMIZERS",
     "Adafactor",
     "AdafactorSchedule",
     "GreedyLR",
+    "LayerWiseDummyOptimizer",
+    "LayerWiseDummyScheduler",
     "create_optimizer",
     "get_adafactor_schedule",
     "get_constant_schedule",
@@ -62,6 +66,7 @@ __all__ = [
     "get_polynomial_decay_schedule_with_warmup",
     "get_reduce_on_plateau_schedule",
     "get_scheduler",
+    "get_trainer_scheduler",
     "get_wsd_schedule",
     "parse_optim_args",
     "steps_on_metric",

@@ -1,10 +1,10 @@
 """``TrainingArguments.optim`` → an optimizer, with transformers' parameter groups.
 
 - :func:`get_optimizer_cls_and_kwargs` maps the arguments to a class and its keyword arguments, as
-  ``transformers.Trainer.get_optimizer_cls_and_kwargs`` does, for the optimizers that need nothing
-  beyond torch: adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop (and the legacy
-  name adamw_hf, now torch's AdamW). Every other ``OptimizerNames`` value raises
-  ``NotImplementedError``.
+  ``transformers.Trainer.get_optimizer_cls_and_kwargs`` does: here for the optimizers that need
+  nothing beyond torch (adamw_torch, adamw_torch_fused, adafactor, sgd, adagrad, rmsprop, and the
+  legacy name adamw_hf, now torch's AdamW); in :mod:`hf_lightning.optim.extras` for every other
+  ``OptimizerNames`` value (``ImportError`` naming the extra when its package is missing).
 - :func:`create_optimizer` builds it over two groups: weight decay for the names from
   :func:`get_decay_parameter_names`, 0.0 for the rest.
 """
@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import types
 import warnings
 from typing import Any
 
@@ -20,10 +21,12 @@ from torch import nn
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
+from hf_lightning.optim.extras import EXTRA_OPTIMIZERS, extra_optimizer_cls_and_kwargs
+from hf_lightning.optim.packages import require_package
 
 __all__ = [
+    "PACKAGE_OPTIMIZERS",
     "SUPPORTED_OPTIMIZERS",
-    "UNSUPPORTED_OPTIMIZERS",
     "create_optimizer",
     "get_decay_parameter_names",
     "get_learning_rates",
@@ -40,19 +43,11 @@ SUPPORTED_OPTIMIZERS = (
     "rmsprop",
     "adamw_hf",
 )
-"""``optim`` values this module builds (``adamw_hf`` is the pre-5.0 name, mapped to torch's AdamW)."""
+"""``optim`` values built with torch alone (``adamw_hf`` is the pre-5.0 name, mapped to torch's AdamW)."""
 
-UNSUPPORTED_OPTIMIZERS = (
-    "adamw_torch_xla", "adamw_torch_npu_fused", "adamw_anyprecision", "adamw_torch_4bit", "adamw_torch_8bit",
-    "ademamix", "adamw_bnb_8bit", "adamw_8bit", "ademamix_8bit", "lion_8bit", "lion_32bit",
-    "paged_adamw_32bit", "paged_adamw_8bit", "paged_ademamix_32bit", "paged_ademamix_8bit",
-    "paged_lion_32bit", "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit",
-    "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "galore_adamw_layerwise",
-    "galore_adamw_8bit_layerwise", "galore_adafactor_layerwise", "lomo", "adalomo", "grokadamw",
-    "schedule_free_radam", "schedule_free_adamw", "schedule_free_sgd", "apollo_adamw",
-    "apollo_adamw_layerwise", "stable_adamw",
-)  # fmt: skip
-"""transformers 5.24 ``OptimizerNames`` values that need packages or hardware beyond torch."""
+PACKAGE_OPTIMIZERS = tuple(EXTRA_OPTIMIZERS)
+"""transformers 5.24 ``OptimizerNames`` values that need a package (or device) beyond torch: each is
+built when its package is installed, and raises ``ImportError`` naming the extra when it is not."""
 
 _DECAY_EXCLUDED_NAMES = tuple(
     re.compile(pattern)
@@ -112,13 +107,8 @@ def _torch_kwargs(name: str, base: dict[str, Any], optim_args: dict[str, str]) -
     return kwargs
 
 
-def _unsupported(name: str) -> NotImplementedError | ValueError:
-    choices = ", ".join(SUPPORTED_OPTIMIZERS)
-    if name in UNSUPPORTED_OPTIMIZERS:
-        return NotImplementedError(
-            f"`TrainingArguments(optim={name!r})` is not supported by hf_lightning (it needs a package or "
-            f"device beyond torch); choose one of: {choices}, or pass `optimizer_cls_and_kwargs`"
-        )
+def _unknown(name: str) -> ValueError:
+    choices = ", ".join(SUPPORTED_OPTIMIZERS + PACKAGE_OPTIMIZERS)
     return ValueError(
         f"`TrainingArguments(optim={name!r})` is not an optimizer name; choose one of: {choices}"
     )
@@ -130,13 +120,18 @@ def get_optimizer_cls_and_kwargs(
     """The optimizer class and keyword arguments (without ``params``) for ``args.optim``.
 
     ``args`` needs ``optim``, ``optim_args``, ``learning_rate``, ``adam_beta1``, ``adam_beta2``,
-    ``adam_epsilon`` (a ``TrainingArguments`` has them); ``model`` is accepted for transformers'
-    signature and not needed by any optimizer built here. Weight decay is not in the kwargs: the
-    parameter groups of :func:`create_optimizer` carry it.
+    ``adam_epsilon`` (a ``TrainingArguments`` has them); ``model`` is needed by GaLore / APOLLO
+    (their groups come from ``optim_target_modules``) and LOMO. Weight decay is not in the kwargs
+    (the groups of :func:`create_optimizer` carry it) except where transformers puts it there
+    (schedule-free, StableAdamW). Names needing a package: see :mod:`hf_lightning.optim.extras`.
     """
     name = _optim_name(args.optim)
+    if name in EXTRA_OPTIMIZERS:
+        return extra_optimizer_cls_and_kwargs(
+            name, args, model, parse_optim_args(getattr(args, "optim_args", None))
+        )
     if name not in SUPPORTED_OPTIMIZERS:
-        raise _unsupported(name)
+        raise _unknown(name)
     if getattr(args, "optim_target_modules", None) is not None:
         warnings.warn(
             f"`TrainingArguments(optim_target_modules=...)` is only used by GaLore / APOLLO optimizers; "
@@ -204,7 +199,8 @@ def create_optimizer(
 
     Group 0 holds the decayed parameters with ``args.weight_decay``, group 1 the rest with 0.0.
     ``optimizer_cls_and_kwargs`` (the Trainer argument of that name) replaces the class and kwargs
-    from ``args.optim``; a ``params`` entry in its kwargs replaces the groups, and a first element
+    from ``args.optim``; a ``params`` entry in its kwargs replaces the groups (as do ``model`` for
+    LOMO and ``optimizer_dict`` for the layer-wise optimizers), and a first element
     that is not an Optimizer class is treated as a factory: ``factory()(model, **kwargs)``.
     """
     decay = set(get_decay_parameter_names(model))
@@ -223,9 +219,37 @@ def create_optimizer(
     optimizer_kwargs = dict(optimizer_kwargs)
     if not _is_optimizer_class(optimizer_cls):
         return optimizer_cls()(model, **optimizer_kwargs)
-    if "params" in optimizer_kwargs:
-        groups = optimizer_kwargs.pop("params")
-    return optimizer_cls(groups, **optimizer_kwargs)
+    first: Any = groups
+    for key in ("params", "model", "optimizer_dict"):  # transformers' order: the last one present wins
+        if key in optimizer_kwargs:
+            first = optimizer_kwargs.pop(key)
+    optimizer = optimizer_cls(first, **optimizer_kwargs)
+    if callable(getattr(optimizer, "fused_backward", None)):
+        _step_runs_closure_only(optimizer)
+    if "bitsandbytes" in str(optimizer_cls) and optimizer_kwargs.get("optim_bits") == 8:
+        _embeddings_in_32_bit(model)
+    return optimizer
+
+
+def _step_runs_closure_only(optimizer: torch.optim.Optimizer) -> None:
+    """LOMO updates the weights in ``fused_backward``: its ``step`` only runs the closure (the
+    clipping / pre-step hooks Lightning passes), as accelerate makes it a no-op for transformers."""
+
+    def step(self: torch.optim.Optimizer, closure: Any = None) -> None:
+        if closure is not None:
+            closure()
+
+    optimizer.step = types.MethodType(step, optimizer)  # type: ignore[method-assign]
+
+
+def _embeddings_in_32_bit(model: nn.Module) -> None:
+    """bitsandbytes' 8-bit optimizers keep embedding weights in 32-bit state, as transformers asks."""
+    manager = require_package(
+        "bitsandbytes", "8-bit bitsandbytes optimizer"
+    ).optim.GlobalOptimManager.get_instance()
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            manager.register_module_override(module, "weight", {"optim_bits": 32})
 
 
 def get_learning_rates(optimizer: torch.optim.Optimizer | None) -> list[float]:

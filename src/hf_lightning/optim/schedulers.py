@@ -20,6 +20,7 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler, ReduceLROnPlateau
 from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, enum_value
 from hf_lightning.optim import lr_lambdas as lam
 from hf_lightning.optim.greedy import GreedyLR
+from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer, layerwise_scheduler
 
 __all__ = [
     "METRIC_DRIVEN_SCHEDULERS",
@@ -327,7 +328,7 @@ def get_scheduler(
     num_warmup_steps: int | None = None,
     num_training_steps: int | None = None,
     scheduler_specific_kwargs: dict[str, Any] | None = None,
-) -> LRScheduler | GreedyLR:
+) -> LRScheduler | GreedyLR | Any:
     """Build the scheduler called ``name`` (a ``SchedulerType`` value, as str or str-Enum).
 
     ``num_warmup_steps`` is required by every schedule except constant, reduce_lr_on_plateau and
@@ -335,6 +336,32 @@ def get_scheduler(
     warmup_stable_decay (which may take ``num_stable_steps`` instead). ``scheduler_specific_kwargs``
     (``TrainingArguments.lr_scheduler_kwargs``) go to the builder; constant and
     constant_with_warmup take none, and ignore them with a warning as transformers ignores them.
+    A layer-wise optimizer gets one scheduler per parameter, stepped in backward (the Trainer does
+    not: see :func:`get_trainer_scheduler`).
+    """
+    if isinstance(optimizer, LayerWiseDummyOptimizer):  # one scheduler per parameter, stepped in backward
+        return layerwise_scheduler(
+            optimizer,
+            lambda inner: get_scheduler(
+                name, inner, num_warmup_steps, num_training_steps, scheduler_specific_kwargs
+            ),
+        )
+    return get_trainer_scheduler(
+        name, optimizer, num_warmup_steps, num_training_steps, scheduler_specific_kwargs
+    )
+
+
+def get_trainer_scheduler(
+    name: str,
+    optimizer: Optimizer,
+    num_warmup_steps: int | None = None,
+    num_training_steps: int | None = None,
+    scheduler_specific_kwargs: dict[str, Any] | None = None,
+) -> LRScheduler | GreedyLR:
+    """:func:`get_scheduler` as the Trainer uses it: a layer-wise optimizer is scheduled as one group.
+
+    transformers' Trainer hands ``get_scheduler`` its accelerate-wrapped optimizer, so the per-parameter
+    branch never runs there: the logged rate follows the schedule and the inner rates stay fixed.
     """
     key = _scheduler_key(name)
     builder = _BUILDERS[key]
@@ -342,7 +369,7 @@ def get_scheduler(
     if key in _IGNORE_KWARGS and kwargs:
         warnings.warn(
             f"lr_scheduler_type={key!r} takes no `lr_scheduler_kwargs`; ignoring {sorted(kwargs)}",
-            stacklevel=2,
+            stacklevel=3,
         )
     if key == "constant":
         return builder(optimizer)

@@ -118,13 +118,9 @@ class EvaluationLoop:
             prediction_loss_only,
             ignore_keys,
         )
-        try:
-            with engine.session(model):
-                for step, (is_last, inputs) in enumerate(lookahead(dataloader)):
-                    self._eval_step(run, model, inputs, step, is_last)
-        finally:
-            if self.trainer.is_in_train:
-                self._set_optimizer_mode("train")
+        with engine.session(model):  # a schedule-free optimizer stays in eval mode (saving follows),
+            for step, (is_last, inputs) in enumerate(lookahead(dataloader)):  # as in transformers; the
+                self._eval_step(run, model, inputs, step, is_last)  # next training step switches it back
         return self._eval_output(run, dataloader, metric_key_prefix)
 
     def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:

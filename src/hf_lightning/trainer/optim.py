@@ -49,12 +49,14 @@ class OptimizerSetup:
         """``Trainer.create_scheduler``: the scheduler of ``args.lr_scheduler_type``."""
         t = self.trainer
         if t.lr_scheduler is None:
-            t.lr_scheduler = _optim.get_scheduler(
-                t.args.lr_scheduler_type,
-                optimizer=t.optimizer if optimizer is None else optimizer,
-                num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
-                num_training_steps=num_training_steps,
-                scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
+            t.lr_scheduler = (
+                _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
+                    t.args.lr_scheduler_type,
+                    optimizer=t.optimizer if optimizer is None else optimizer,
+                    num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
+                    num_training_steps=num_training_steps,
+                    scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
+                )
             )
             self.created_lr_scheduler = True
         return t.lr_scheduler

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import nn
 
+from hf_lightning.args.enums import enum_value
 from hf_lightning.loss import (
     LabelSmoother,
     LossSettings,
@@ -23,6 +24,7 @@ from hf_lightning.loss import (
     loss_ignores_item_count,
     loss_is_scaled_for_ga,
 )
+from hf_lightning.optim.extras import LOMO_OPTIMIZERS
 from hf_lightning.trainer_utils import ensure_training_mode
 
 if TYPE_CHECKING:
@@ -43,6 +45,9 @@ class BatchSteps:
         """Forward and backward on one micro-batch; returns the detached loss for logging."""
         t = self.trainer
         ensure_training_mode(model)  # model.train(), without the walk when nothing would change
+        switch = getattr(t.optimizer, "train", None)  # schedule-free optimizers: back to train mode
+        if callable(switch):
+            switch()
         inputs = t._prepare_inputs(inputs)
         with t.compute_loss_context_manager():
             loss = t.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
@@ -58,7 +63,10 @@ class BatchSteps:
         )
         if not scaled:
             loss = loss / t.current_gradient_accumulation_steps
-        t.accelerator.backward(loss)
+        kwargs = {}
+        if str(enum_value(t.args.optim)) in LOMO_OPTIMIZERS:  # the optimizer updates during backward
+            kwargs["learning_rate"] = t._get_learning_rate()
+        t.accelerator.backward(loss, **kwargs)
         return loss.detach()
 
     def compute_loss(

@@ -26,6 +26,7 @@ import torch
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
 from hf_lightning.special_tokens import align_special_tokens
+from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer_utils import (
     TrainOutput,
@@ -71,6 +72,8 @@ class TrainLauncher:
             t.model = t.model_wrapped = t.call_model_init(trial)
             t._inspect_model()
             t.optimizer, t.lr_scheduler = None, None
+        if args.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
+            apply_liger_kernel(t.model, args.liger_kernel_config)
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
