@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
@@ -107,6 +107,13 @@ DAMAGE = st.tuples(
 
 
 @settings(max_examples=20, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@example(
+    damages=[
+        ("checkpoint-4", 0, "delete", 0.0, 0),
+        ("checkpoint-4", 1, "delete", 0.0, 0),
+        ("checkpoint-6", 0, "truncate", 0.0, 0),
+    ]
+)
 @given(damages=st.lists(DAMAGE, min_size=1, max_size=3))
 def test_resume_after_damage_reaches_the_uninterrupted_weights_or_names_a_file(uninterrupted, damages):
     """Random truncations, bit flips and deletions in checkpoints 4 and 6: same final weights, or CheckpointError."""

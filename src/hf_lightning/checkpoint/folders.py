@@ -95,8 +95,27 @@ def resume_problem(folder: str | os.PathLike[str]) -> str | None:
     problem = checkpoint_problem(folder)
     if problem is not None:
         return problem
-    gone = missing_listed_files(folder)
+    gone = missing_listed_files(folder) or _missing_state_files(os.fspath(folder))
     return f"the files {gone} it was saved with are missing" if gone else None
+
+
+def _missing_state_files(folder: str) -> list[str]:
+    """Without a manifest (it may be the file that was lost): the state files a checkpoint written here
+    always holds, from its ``training_args.json`` (``save_only_model`` writes no optimizer or scheduler),
+    that are gone. A folder without ``training_args.json`` (written by transformers) is not judged."""
+    if os.path.isfile(os.path.join(folder, "checkpoint-manifest.json")):
+        return []
+    try:
+        with open(os.path.join(folder, "training_args.json"), encoding="utf-8") as f:
+            saved_args = json.load(f)
+    except (OSError, ValueError):
+        return []
+    names = os.listdir(folder)
+    expected = [] if saved_args.get("save_only_model") else [OPTIMIZER_NAME, SCHEDULER_NAME]
+    gone = [name for name in expected if name not in names]
+    if not any(name.startswith("rng_state") for name in names):
+        gone.append("rng_state.pth")
+    return gone
 
 
 def is_checkpoint_complete(folder: str | os.PathLike[str]) -> bool:
