@@ -9,6 +9,10 @@ Checks (each in the order below, each timed; one failing check never stops the o
   with bit-identical weights to the uninterrupted run (GradScaler and CUDA RNG state restored);
 - ``fsdp_one_gpu``: ``fsdp=True`` (FSDP2 through Lightning's ModelParallelStrategy) trains on one GPU;
 - ``deepspeed_zero2``: a ZeRO-2 run (reported "not run" while hf_lightning refuses ``deepspeed``);
+- ``optim_<name>``: the CUDA-only optimizers (``paged_adamw_8bit``, ``galore_adamw_8bit``, ``adalomo``)
+  trained with both trainers: the losses must agree within ``LOSS_TOLERANCE``;
+- ``liger_kernel``: ``use_liger_kernel=True`` trains (its Triton kernels need CUDA), losses against
+  transformers within ``LOSS_TOLERANCE``;
 - ``step_benchmark``: ``benchmarks/bench_step.py`` (raw loop / transformers / hf_lightning on W1, W2);
 - ``eval_memory``: ``benchmarks/bench_eval_memory.py`` (GPU peak during ``evaluate()``).
 
@@ -127,6 +131,34 @@ def _deepspeed_zero2(ctx: dict) -> dict:
     }
 
 
+def _cuda_against_transformers(package: str, **extra: Any) -> Callable[[dict], dict]:
+    """A CUDA-only feature (an optimizer, Liger's kernels) trained by both trainers."""
+
+    def check(ctx: dict) -> dict:
+        import importlib.util
+
+        if not ctx["cuda"]:
+            return {"status": "skipped", "detail": "needs CUDA"}
+        if importlib.util.find_spec(package) is None:
+            return {"status": "skipped", "detail": f"{package} is not installed (docs/optimizers.md)"}
+        return _against_transformers_with(ctx, **extra)
+
+    return check
+
+
+def _against_transformers_with(ctx: dict, **extra: Any) -> dict:
+    import transformers
+
+    import hf_lightning
+
+    if "galore" in str(extra.get("optim")):  # GaLore projects the named layers
+        extra.setdefault("optim_target_modules", ["attn", "mlp"])
+    ours, theirs = _losses(hf_lightning, ctx, **extra), _losses(transformers, ctx, **extra)
+    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(ours, theirs, strict=True))
+    return {"status": "pass" if worst <= LOSS_TOLERANCE else "fail",
+            "detail": f"max relative loss difference {worst:.2e} (tolerance {LOSS_TOLERANCE})"}  # fmt: skip
+
+
 def _benchmark(script: str, *flags: str) -> Callable[[dict], dict]:
     def check(ctx: dict) -> dict:
         if ctx["dry_run"]:
@@ -147,6 +179,10 @@ CHECKS: dict[str, Callable[[dict], dict]] = {
     "fp16_resume_bitwise": _resume_bitwise,
     "fsdp_one_gpu": _fsdp_one_device,
     "deepspeed_zero2": _deepspeed_zero2,
+    "optim_paged_adamw_8bit": _cuda_against_transformers("bitsandbytes", optim="paged_adamw_8bit"),
+    "optim_galore_adamw_8bit": _cuda_against_transformers("galore_torch", optim="galore_adamw_8bit"),
+    "optim_adalomo": _cuda_against_transformers("lomo_optim", optim="adalomo"),
+    "liger_kernel": _cuda_against_transformers("liger_kernel", use_liger_kernel=True),
     "step_benchmark": _benchmark("bench_step.py", "--rounds", "1", "--cycles", "12"),
     "eval_memory": _benchmark("bench_eval_memory.py", "--length", "4"),
 }
