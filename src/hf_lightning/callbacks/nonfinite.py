@@ -81,9 +81,10 @@ def _stoppers(trainer: Any) -> list[StopOnNonFinite]:
     return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, StopOnNonFinite)]
 
 
-def observe_loss(record: NonFiniteRecord, trainer: Any, loss: torch.Tensor) -> None:
-    """Called with each micro-batch's training loss: warn at the run's first non-finite one, tell the stoppers."""
-    value = float(loss.detach().float().sum())
+def observe_loss(record: NonFiniteRecord, trainer: Any, loss: torch.Tensor | float) -> None:
+    """Called with each micro-batch's training loss (a tensor, or its value already read): warn at the run's
+    first non-finite one, tell the stoppers."""
+    value = loss if isinstance(loss, float) else float(loss.detach().float().sum())
     if math.isfinite(value):
         return
     step = trainer.state.global_step + 1

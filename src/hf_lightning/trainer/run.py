@@ -100,8 +100,9 @@ class TrainingRun:
     def add_micro_batch(self, inputs: dict[str, Any], loss: torch.Tensor) -> None:
         """Add one micro-batch's loss (NaN/inf replaced by the running mean), FLOPs and input tokens."""
         t = self.trainer
-        observe_loss(self.nonfinite, t, loss)  # the first non-finite loss: warn; StopOnNonFinite raises
-        if t.args.logging_nan_inf_filter and not math.isfinite(loss.item()):  # NaN or ±inf
+        value = float(loss.detach().float().sum())  # one host read for both uses below
+        observe_loss(self.nonfinite, t, value)  # the first non-finite loss: warn; StopOnNonFinite raises
+        if t.args.logging_nan_inf_filter and not math.isfinite(value):  # NaN or ±inf
             self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
         else:
             self.tr_loss += loss.to(self.tr_loss.device)

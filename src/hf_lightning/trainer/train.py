@@ -25,8 +25,8 @@ import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
-from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.kernels import apply_liger_kernel
+from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer_utils import (
     TrainOutput,
