@@ -82,11 +82,6 @@ def _module_class(plan: Any) -> type[HFModule]:
             "Training with `fsdp_config['version']=1` (FSDP1, deprecated in transformers) is not supported "
             "by hf_lightning yet; use `fsdp_config['version']=2` (the default): see docs/distributed.md"
         )
-    if fsdp.saves_checkpoints:
-        raise NotImplementedError(
-            "Checkpoints under `fsdp` are not supported by hf_lightning yet: set `save_strategy='no'` and "
-            "`load_best_model_at_end=False` (see docs/distributed.md)"
-        )
     from hf_lightning.adapters.fsdp_module import FSDP2Module
 
     return FSDP2Module

@@ -58,8 +58,6 @@ class FSDPSettings:
     use_orig_params: bool = True
     sync_module_states: bool = True
     limit_all_gathers: bool | None = None
-    saves_checkpoints: bool = False
-    """Whether the run saves checkpoints (``save_strategy`` or ``load_best_model_at_end``): not yet under FSDP."""
 
     def describe(self, world_size: int, backend: str | None, timeout_s: int) -> str:
         """One line: the strategy these settings build."""
@@ -167,8 +165,6 @@ def fsdp_settings(args: Any) -> FSDPSettings | None:
         state_dict_type=state_dict_type,
         activation_checkpointing=_flag(config.get("activation_checkpointing", False)),
         cpu_ram_efficient_loading=_flag(config.get("cpu_ram_efficient_loading", False)),
-        saves_checkpoints=str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
-        or bool(args.load_best_model_at_end),
         **_version_specific(config, version),
     )
 

@@ -5,7 +5,8 @@ layers chosen by ``fsdp_config`` (``auto_wrap_policy``) are sharded as their own
 root; ``activation_checkpointing`` wraps the same layers first and ``cpu_offload`` keeps the shards on
 the CPU. ``fully_shard`` replaces each parameter by a sharded ``DTensor``, so an optimizer built
 before the fit (the Trainer builds its own from the arguments) has its parameter groups pointed at
-the new parameters, in place: its scheduler and learning rates stay as they are.
+the new parameters, in place: its scheduler and learning rates stay as they are, and a state restored
+from a checkpoint before the fit is cut into the same shards.
 """
 
 from __future__ import annotations
@@ -49,6 +50,22 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> dict[int
     return names
 
 
+def _shard_state(state: dict[str, Any], old: torch.Tensor, new: Any) -> dict[str, Any]:
+    """A parameter's optimizer state (its full ``exp_avg``…) cut as its sharded parameter ``new`` is cut.
+
+    Every process holds the same full state (read from the same checkpoint), so each keeps its own
+    shard without communicating (``src_data_rank=None``).
+    """
+    from torch.distributed.tensor import distribute_tensor
+
+    return {
+        key: distribute_tensor(value, new.device_mesh, new.placements, src_data_rank=None)
+        if isinstance(value, torch.Tensor) and value.shape == old.shape and value.dim() > 0
+        else value
+        for key, value in state.items()
+    }
+
+
 class FSDP2Module(HFModule):
     """:class:`HFModule` whose model is sharded with ``fully_shard`` over the data-parallel mesh."""
 
@@ -67,7 +84,11 @@ class FSDP2Module(HFModule):
         sharded = dict(self.model.named_parameters())
         current = {id(p) for p in sharded.values()}
         for group in optimizer.param_groups:
-            group["params"] = [self._sharded_param(p, sharded, current) for p in group["params"]]
+            params = [self._sharded_param(p, sharded, current) for p in group["params"]]
+            for old, new in zip(group["params"], params):
+                if old is not new and old in optimizer.state:  # restored from a checkpoint before the fit
+                    optimizer.state[new] = _shard_state(optimizer.state.pop(old), old, new)
+            group["params"] = params
         return optimizer
 
     def _sharded_param(

@@ -17,6 +17,12 @@ import re
 import shutil
 from pathlib import Path
 
+from hf_lightning.checkpoint.sharded import (
+    FSDP_MODEL_DIR,
+    FSDP_OPTIMIZER_DIR,
+    OPTIMIZER_BIN_NAME,
+    has_sharded_weights,
+)
 from hf_lightning.checkpoint.verify import content_problem, missing_listed_files
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
 
@@ -74,8 +80,10 @@ def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
         return "it is not a folder"
     if os.path.exists(os.path.join(folder, INCOMPLETE_SENTINEL_NAME)):
         return f"it still holds {INCOMPLETE_SENTINEL_NAME}, so its save never finished"
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES):
-        return f"it has no model weights (one of {', '.join(WEIGHT_FILE_NAMES)})"
+    if not any(
+        os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES
+    ) and not has_sharded_weights(folder):
+        return f"it has no model weights (one of {', '.join(WEIGHT_FILE_NAMES)}, or {FSDP_MODEL_DIR}/)"
     if not os.path.isfile(os.path.join(folder, TRAINER_STATE_NAME)):
         return f"it has no {TRAINER_STATE_NAME}"
     empty = sorted(
@@ -112,10 +120,15 @@ def _missing_state_files(folder: str) -> list[str]:
         return []
     names = os.listdir(folder)
     expected = [] if saved_args.get("save_only_model") else [OPTIMIZER_NAME, SCHEDULER_NAME]
-    gone = [name for name in expected if name not in names]
+    gone = [name for name in expected if name not in names and not _sharded_optimizer(name, names)]
     if not any(name.startswith("rng_state") for name in names):
         gone.append("rng_state.pth")
     return gone
+
+
+def _sharded_optimizer(name: str, names: list[str]) -> bool:
+    """An FSDP checkpoint keeps its optimizer in ``optimizer_0/`` (sharded) or ``optimizer.bin`` (Accelerate's)."""
+    return name == OPTIMIZER_NAME and (FSDP_OPTIMIZER_DIR in names or OPTIMIZER_BIN_NAME in names)
 
 
 def is_checkpoint_complete(folder: str | os.PathLike[str]) -> bool:

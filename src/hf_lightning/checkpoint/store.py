@@ -77,7 +77,7 @@ from hf_lightning.checkpoint.io import (
 )
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
 from hf_lightning.checkpoint.verify import write_manifest
-from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights
+from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights, unwrap_model
 
 __all__ = [
     "INCOMPLETE_SENTINEL_NAME",
@@ -128,14 +128,22 @@ def save_model(
     processing_class: Any = None,
     args: Any = None,
     state_dict: Mapping[str, torch.Tensor] | None = None,
+    weights: bool = True,
 ) -> None:
     """``Trainer.save_model``: the model (save_pretrained or ``model.safetensors``), processor and arguments.
 
     Writes in place (``output_dir`` usually also holds the checkpoints); call it on the main process only.
+    ``state_dict`` replaces the model's own (a sharded model's gathered weights); ``weights=False`` writes
+    the model's config but no weights (a sharded checkpoint holds them in ``pytorch_model_fsdp_0/``).
     """
     output_dir = os.fspath(output_dir)
     os.makedirs(output_dir, exist_ok=True)
-    save_model_weights(model, output_dir, state_dict=state_dict)
+    if weights:
+        save_model_weights(model, output_dir, state_dict=state_dict)
+    else:
+        config = getattr(unwrap_model(model), "config", None)
+        if callable(getattr(config, "save_pretrained", None)):
+            config.save_pretrained(output_dir)
     if processing_class is not None:
         processing_class.save_pretrained(output_dir)
     if args is not None:
@@ -203,15 +211,19 @@ def _begin_staging(staging: str, global_step: int) -> None:
 
 
 def _write_main_files(staging: str, options: dict[str, Any]) -> None:
-    save_model(options["model"], staging, processing_class=options["processing_class"], args=options["args"])
+    sharded = options["sharded_writer"] is not None  # the model and optimizer are in their shard folders
+    save_model(options["model"], staging, processing_class=options["processing_class"], args=options["args"],
+               state_dict=options["model_state_dict"], weights=not sharded)  # fmt: skip
     if not options["save_only_model"]:
         for name, holder in (
             (OPTIMIZER_NAME, "optimizer"),
             (SCHEDULER_NAME, "scheduler"),
             (SCALER_NAME, "scaler"),
         ):
-            if options[holder] is not None:
-                torch_save(options[holder].state_dict(), os.path.join(staging, name))
+            if options[holder] is None or (sharded and holder == "optimizer"):
+                continue
+            given = options["optimizer_state_dict"] if holder == "optimizer" else None
+            torch_save(given or options[holder].state_dict(), os.path.join(staging, name))
     if options["state"] is not None:
         _write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
     _write_extra_files(staging, options["extra_files"])
@@ -265,6 +277,9 @@ def save_checkpoint(
     is_main_process: bool = True,
     extra_files: Mapping[str, ExtraFile] | None = None,
     barrier: Callable[[], None] | None = None,
+    model_state_dict: Mapping[str, torch.Tensor] | None = None,
+    optimizer_state_dict: Mapping[str, Any] | None = None,
+    sharded_writer: Callable[[str], None] | None = None,
 ) -> str:
     """Write ``output_dir/checkpoint-{global_step}`` crash-safely; returns its path.
 
@@ -274,6 +289,11 @@ def save_checkpoint(
     callable that writes the given path; they are published together with the rest. Saving the same step
     again replaces the previous folder. With ``world_size > 1`` see "Several processes" in the module
     docstring for the roles of ``is_main_process``, ``process_index`` and ``barrier``.
+
+    A sharded model (``hf_lightning.checkpoint.sharded``): ``model_state_dict`` and ``optimizer_state_dict``
+    are its gathered full states, written by the main process instead of the objects' own; or
+    ``sharded_writer(staging)``, called on every process between the barriers, writes each process's
+    shards into the staging folder, so the folder is published only after every rank finished.
     """
     _check_save_call(global_step, process_index, world_size)
     final = checkpoint_path(output_dir, global_step)
@@ -286,11 +306,13 @@ def save_checkpoint(
         os.makedirs(os.fspath(output_dir), exist_ok=True)
         _begin_staging(staging, global_step)
     _call(barrier)
+    if sharded_writer is not None:
+        sharded_writer(staging)
     if is_main_process:
-        options = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, state=state,
-                       args=args, processing_class=processing_class, save_only_model=save_only_model,
-                       extra_files=extra_files)  # fmt: skip
-        _write_main_files(staging, options)
+        _write_main_files(staging, dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+            state=state, args=args, processing_class=processing_class, save_only_model=save_only_model,
+            extra_files=extra_files, model_state_dict=model_state_dict,
+            optimizer_state_dict=optimizer_state_dict, sharded_writer=sharded_writer))  # fmt: skip
     if not save_only_model:
         write_rank_files(staging, process_index, world_size)
     _call(barrier)

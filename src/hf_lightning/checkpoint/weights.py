@@ -6,7 +6,9 @@ transformers writes it). safetensors refuses tensors that share memory, so tied 
 ``lm_head.weight`` is ``transformer.wte.weight``) are written once, under the first name in the state dict.
 
 Reading: ``model.safetensors``, ``model.safetensors.index.json`` (shards), ``pytorch_model.bin`` or its
-index, the ``.bin`` files with ``weights_only=True``. A key missing from the file is not an error when
+index, the ``.bin`` files with ``weights_only=True``; a folder with only a distributed checkpoint
+(``pytorch_model_fsdp_0/``, ``fsdp_config['state_dict_type']="SHARDED_STATE_DICT"``) through
+``hf_lightning.checkpoint.sharded``, as is a sharded (FSDP2) model. A key missing from the file is not an error when
 the model ties it to a key the file has: loading the kept name fills both.
 """
 
@@ -22,6 +24,12 @@ import torch
 from torch import nn
 
 from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_torch_load
+from hf_lightning.checkpoint.sharded import (
+    has_sharded_weights,
+    is_sharded,
+    load_full_model_state,
+    load_sharded_model,
+)
 
 __all__ = [
     "SAFE_WEIGHTS_INDEX_NAME",
@@ -151,6 +159,37 @@ def _short(names: list[str]) -> str:
     return ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
 
 
+def _load_into_sharded(
+    model: nn.Module,
+    folder: str,
+    paths: list[str],
+    loader: Callable[[str], dict[str, torch.Tensor]],
+    strict: bool,
+) -> Any:
+    """Full weights from files into a sharded (FSDP2) model; every process reads them and keeps its shard."""
+    state: dict[str, torch.Tensor] = {}
+    for path in paths:
+        state.update(loader(path))
+    params = dict(model.named_parameters(remove_duplicate=False))
+    expected = set(model.state_dict())
+    tied = {name for name, p in params.items() if any(q is p and o in state for o, q in params.items())}
+    missing = sorted(expected - set(state) - tied)
+    unexpected = sorted(set(state) - expected)
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"`load_model_weights(strict=True)`: the weights in `{folder}` do not match "
+            f"{type(model).__name__}. Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}].",
+            folder,
+        )
+    try:
+        load_full_model_state(model, {name: value for name, value in state.items() if name in expected})
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(
+            f"The weights in `{folder}` do not fit {type(model).__name__}: {exc}", folder
+        ) from exc
+    return nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+
 def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict: bool = True) -> Any:
     """Load the weights in ``folder`` into ``model``; returns torch's ``(missing_keys, unexpected_keys)``.
 
@@ -159,7 +198,16 @@ def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict:
     """
     folder = os.fspath(folder)
     model = unwrap_model(model)
+    if not any(
+        os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES
+    ) and has_sharded_weights(folder):
+        load_sharded_model(
+            model, folder
+        )  # pytorch_model_fsdp_0/: a key the model has but the files lack raises
+        return nn.modules.module._IncompatibleKeys([], [])
     paths, index_keys, loader = _locate_weights(folder)
+    if is_sharded(model):
+        return _load_into_sharded(model, folder, paths, loader, strict)
     first = None if index_keys is not None else loader(paths[0])
     keys = index_keys if index_keys is not None else set(cast(dict[str, torch.Tensor], first))
     missing, unexpected = _mismatch(model, keys)

@@ -32,9 +32,14 @@ from hf_lightning.callbacks import ExportableState, TrainerControl
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
-from hf_lightning.checkpoint.gather import full_state_dict
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
+from hf_lightning.checkpoint.sharded import (
+    gathered_model_state,
+    is_sharded,
+    load_fsdp_optimizer,
+    sharded_save_options,
+)
 from hf_lightning.checkpoint.store import (
     OPTIMIZER_NAME,
     SCALER_NAME,
@@ -125,7 +130,9 @@ class CheckpointPolicy:
         """``Trainer.save_model``: the model, processing class and arguments (on the saving process)."""
         t = self.trainer
         output_dir = str(t.args.output_dir) if output_dir is None else output_dir
-        full = full_state_dict(t.model)  # sharded (FSDP): gathered by every process, written by the saver
+        full = None  # a sharded (FSDP) model: gathered by every process, written by the saver
+        if is_sharded(t.model):
+            full = gathered_model_state(t.model, everywhere=bool(t.args.save_on_each_node))
         if not t.args.should_save:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
@@ -167,6 +174,7 @@ class CheckpointPolicy:
         index, world, is_saver = self.process_layout()
         if is_saver:
             logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
+        sharding = sharded_save_options(t.model, None if args.save_only_model else t.optimizer, args)
 
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
@@ -185,6 +193,7 @@ class CheckpointPolicy:
                 world_size=world,
                 is_main_process=is_saver,
                 barrier=t.accelerator.wait_for_everyone if world > 1 else None,
+                **sharding,
             )
 
         folder, _ = save_tracked_checkpoint(
@@ -291,8 +300,11 @@ class CheckpointPolicy:
             return
         t = self.trainer
         has = [os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME)]
+        loaded = load_fsdp_optimizer(t.model, t.optimizer, checkpoint, has_optimizer_pt=has[0])
+        has[0] = has[0] or loaded
         if all(has):
-            load_optimizer_and_scheduler(checkpoint, t.optimizer, t.lr_scheduler)  # the engine moves it
+            # the engine moves it (under FSDP, onto the shards: adapters/fsdp_module.py)
+            load_optimizer_and_scheduler(checkpoint, None if loaded else t.optimizer, t.lr_scheduler)
         else:
             step = t.state.global_step
             absent = " and ".join(

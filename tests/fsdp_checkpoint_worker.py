@@ -1,0 +1,94 @@
+"""One rank of a 2-process FSDP2 run that checkpoints, for ``tests/checkpoint/test_fsdp_checkpoints.py``.
+
+``python tests/fsdp_checkpoint_worker.py OUT KIND RUN [RESUME_FROM]``:
+
+- ``KIND``: ``full`` (``FULL_STATE_DICT``) or ``sharded`` (``SHARDED_STATE_DICT``);
+- ``RUN``: the name of the run (its ``output_dir`` is ``OUT/RUN``); ``best`` also evaluates every 2 steps
+  and loads the best model at the end; ``kill`` SIGKILLs rank 1 while it writes its shard of step 4.
+
+Trains a tiny GPT-2 with AdamW for 4 optimizer steps (GA 2), a checkpoint every 2 steps, and writes
+``OUT/RUN_rank{r}.pt``: the losses logged, the full weights after training, the ``log_history``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import torch
+
+from tests.tiny import causal_lm_data, tiny_gpt2
+
+__all__ = ["train"]
+
+
+def _kill_rank_one_in_save() -> None:
+    """Rank 1 dies (SIGKILL) in the middle of the second sharded save, after writing its data file."""
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    original = FileSystemWriter.write_data
+    calls = {"n": 0}
+
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        result = original(self, plan, planner)
+        calls["n"] += 1
+        if calls["n"] == 3:  # step 2: model + optimizer; step 4: the model's shard, then death
+            result.wait()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    FileSystemWriter.write_data = write_data  # type: ignore[method-assign]
+
+
+def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
+    from hf_lightning import Trainer, TrainingArguments
+
+    state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind]
+    best = run.startswith("best")
+    args = TrainingArguments(
+        os.path.join(out_dir, run),
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        seed=3,
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        learning_rate=0.01,
+        lr_scheduler_type="linear",
+        logging_steps=1,
+        save_steps=2,
+        ddp_timeout=60,
+        eval_strategy="steps" if best else "no",
+        eval_steps=2,
+        load_best_model_at_end=best,
+        metric_for_best_model="eval_loss" if best else None,
+        greater_is_better=True if best else None,  # the step-2 checkpoint is the best: not the last one
+        fsdp="full_shard auto_wrap",
+        fsdp_config={"transformer_layer_cls_to_wrap": ["GPT2Block"], "state_dict_type": state_dict_type},
+    )
+    if run.startswith("kill") and os.environ["RANK"] == "1":
+        _kill_rank_one_in_save()
+    model = tiny_gpt2(dropout=0.0)
+    data = causal_lm_data(n=32, seed=5)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8] if best else None)
+    trainer.train(resume_from_checkpoint=resume)
+    full = {}
+    for name, value in model.state_dict().items():
+        gather = getattr(value, "full_tensor", None)
+        full[name] = (gather() if gather is not None else value).detach().clone()
+    return {
+        "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        "state": full,
+        "log_history": trainer.state.log_history,
+        "best": trainer.state.best_model_checkpoint,
+    }
+
+
+if __name__ == "__main__":
+    out, kind, run = sys.argv[1:4]
+    record = train(out, kind, run, sys.argv[4] if len(sys.argv) > 4 else None)
+    torch.save(record, os.path.join(out, f"{run}_rank{os.environ['RANK']}.pt"))
+    torch.distributed.destroy_process_group()  # an orderly exit: no gloo thread left to the interpreter's end
