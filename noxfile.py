@@ -12,6 +12,8 @@ PYTHON = "3.11"
 def _install(session: nox.Session, extras: str = "test") -> None:
     session.install("torch==2.13.0")
     session.install("-e", f".[{extras}]")
+    if extras == "test":  # a source archive, built against that torch (the slow DeepSpeed tests)
+        session.install("--no-build-isolation", "deepspeed>=0.16", env={"DS_BUILD_OPS": "0"})
 
 
 @nox.session(python=PYTHON)

@@ -41,6 +41,7 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "DataSettings": (f"{_GROUPS}:data_settings",),
         "DDPStrategy": (f"{_STRATEGY}:distributed_settings",),
         "FSDP strategy": ("hf_lightning.adapters.fsdp:fsdp_settings",),
+        "DeepSpeed strategy": ("hf_lightning.adapters.deepspeed:deepspeed_settings",),
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),
         "Trainer facade": (_FACADE,),
         "Trainer Hub publisher": (f"{_FACADE}.hub",),

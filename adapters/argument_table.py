@@ -234,7 +234,9 @@ _TABLE: dict[str, ArgumentRow] = {
     "fsdp_config": ArgumentRow(
         "FSDP strategy (wrap policy, reshard_after_forward, cpu_offload, activation_checkpointing, ...)"
     ),
-    "deepspeed": ArgumentRow('DeepSpeedStrategy ("auto" values filled; training not wired)', NOT_YET),
+    "deepspeed": ArgumentRow(
+        'DeepSpeed strategy (DeepSpeedStrategy; "auto" values filled as transformers fills them)'
+    ),
     "debug": ArgumentRow("debug tools: underflow/overflow detection (not built)", NOT_YET),
     "skip_memory_metrics": ArgumentRow("Trainer facade (TrainerMemoryTracker: *_mem_* metrics)"),
     **_rows(

@@ -21,9 +21,18 @@ import copy
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["build_deepspeed_strategy", "fill_deepspeed_config", "load_deepspeed_config", "zero_stage"]
+__all__ = [
+    "DeepSpeedSettings",
+    "build_deepspeed_strategy",
+    "deepspeed_settings",
+    "engine_config",
+    "fill_deepspeed_config",
+    "load_deepspeed_config",
+    "zero_stage",
+]
 
 _HIDDEN_KEYS = (
     "zero_optimization.reduce_bucket_size",
@@ -153,8 +162,72 @@ def fill_deepspeed_config(
     return fill.config
 
 
-def build_deepspeed_strategy(config: Mapping[str, Any], backend: str | None) -> Any:
-    """Lightning's ``DeepSpeedStrategy`` for a filled ``config``; ``ImportError`` naming the extra."""
+@dataclass(frozen=True)
+class DeepSpeedSettings:
+    """``deepspeed`` as the plan keeps it: the configuration filled from the arguments alone."""
+
+    config: dict[str, Any]
+    stage: int
+    cpu: bool
+    """DeepSpeed's CPU accelerator (``use_cpu``, or no CUDA device)."""
+    saves_checkpoints: bool
+    """Whether the run saves checkpoints (``save_strategy``, ``load_best_model_at_end``): not yet under DeepSpeed."""
+
+    def describe(self, backend: str | None) -> str:
+        kind = "CPU (gloo)" if self.cpu else "CUDA"
+        return f"DeepSpeedStrategy(config=<ZeRO stage {self.stage}, 'auto' values filled>, process_group_backend={backend!r}) on {kind}"
+
+
+def deepspeed_settings(args: Any, world_size: int, *, cpu: bool) -> DeepSpeedSettings | None:
+    """The plan's DeepSpeed settings (``None`` without ``deepspeed``); mismatched values raise here."""
+    if not args.deepspeed:
+        return None
+    config = fill_deepspeed_config(args, world_size=world_size)
+    saves = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no" or bool(
+        args.load_best_model_at_end
+    )
+    return DeepSpeedSettings(config=config, stage=zero_stage(config), cpu=cpu, saves_checkpoints=saves)
+
+
+def engine_config(args: Any, *, world_size: int, model: Any, num_training_steps: int) -> dict[str, Any]:
+    """The configuration handed to DeepSpeed for a ``Trainer`` run: filled, then shaped for Lightning.
+
+    The Trainer's optimizer and scheduler train (``zero_allow_untested_optimizer``, as transformers sets
+    it for a client optimizer). The Trainer's accumulation windows accumulate: Lightning's strategy sets
+    DeepSpeed's ``gradient_accumulation_steps`` from its own ``accumulate_grad_batches`` (1), so the
+    checked ``gradient_accumulation_steps`` and ``train_batch_size`` are not passed on.
+    """
+    config = fill_deepspeed_config(
+        args, world_size=world_size, model=model, num_training_steps=num_training_steps
+    )
+    for section, arguments in (("optimizer", "`optim`"), ("scheduler", "`lr_scheduler_type`")):
+        if section in config:
+            raise NotImplementedError(
+                f"`TrainingArguments(deepspeed=...)` with a DeepSpeed `{section}` section is not supported by "
+                f"hf_lightning yet; remove the section to train with the Trainer's {section} ({arguments})"
+            )
+    config.pop("gradient_accumulation_steps", None)
+    config.pop("train_batch_size", None)
+    config["zero_allow_untested_optimizer"] = True
+    return config
+
+
+def _skip_shared_memory_op() -> None:
+    """On CPU DeepSpeed compiles an optional shared-memory all-reduce (g++, ~80 s) at start-up; gloo
+    serves without it."""
+    import importlib
+
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+
+
+def build_deepspeed_strategy(
+    config: Mapping[str, Any], backend: str | None, *, cpu: bool = False, devices: int = 1
+) -> Any:
+    """Lightning's ``DeepSpeedStrategy`` for a filled ``config``; ``ImportError`` naming the extra.
+
+    On CPU (DeepSpeed's CPU accelerator, gloo) the strategy is Lightning's with its CUDA-only check
+    skipped and numbered CPU devices (DeepSpeed reads the device index as the local rank).
+    """
     try:
         import deepspeed  # noqa: F401
     except ImportError as exc:
@@ -163,4 +236,20 @@ def build_deepspeed_strategy(config: Mapping[str, Any], backend: str | None) -> 
         ) from exc
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
-    return DeepSpeedStrategy(config=dict(config), process_group_backend=backend)
+    if not cpu:
+        return DeepSpeedStrategy(config=dict(config), process_group_backend=backend)
+    import torch
+
+    _skip_shared_memory_op()
+
+    class CPUDeepSpeedStrategy(DeepSpeedStrategy):
+        """``DeepSpeedStrategy`` on DeepSpeed's CPU accelerator."""
+
+        def setup_environment(self) -> None:
+            super(DeepSpeedStrategy, self).setup_environment()  # all but the CUDAAccelerator check
+
+    return CPUDeepSpeedStrategy(
+        config=dict(config),
+        process_group_backend=backend or "gloo",
+        parallel_devices=[torch.device("cpu", index) for index in range(devices)],
+    )

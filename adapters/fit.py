@@ -74,6 +74,16 @@ def _quiet_lightning(level: int) -> Iterator[None]:
 
 def _module_class(plan: Any) -> type[HFModule]:
     """``HFModule``, or its FSDP2 form when ``fsdp`` is on (FSDP1 training is refused, named)."""
+    deepspeed = plan.distributed.deepspeed
+    if deepspeed is not None:
+        if deepspeed.saves_checkpoints:
+            raise NotImplementedError(
+                "Checkpoints under `deepspeed` are not supported by hf_lightning yet: set `save_strategy='no'` "
+                "and `load_best_model_at_end=False` (see docs/distributed.md)"
+            )
+        from hf_lightning.adapters.deepspeed_module import DeepSpeedModule
+
+        return DeepSpeedModule
     fsdp = plan.distributed.fsdp
     if fsdp is None:
         return HFModule
@@ -87,6 +97,18 @@ def _module_class(plan: Any) -> type[HFModule]:
     return FSDP2Module
 
 
+def _deepspeed_strategy(plan: Any, facade: Any, max_steps: int) -> Any:
+    from hf_lightning.adapters.deepspeed import build_deepspeed_strategy, engine_config
+
+    distributed = plan.distributed
+    config = engine_config(
+        facade.args, world_size=distributed.world_size, model=facade.model, num_training_steps=max_steps
+    )
+    return build_deepspeed_strategy(
+        config, distributed.process_group_backend, cpu=distributed.deepspeed.cpu, devices=distributed.devices
+    )
+
+
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
     facade = request.trainer
@@ -98,6 +120,8 @@ def run_fit(request: FitRequest) -> HFModule:
     )
     # report_to's loggers live in the Trainer's reporting callbacks (adapters/callbacks/reporting.py)
     kwargs = {**plan.trainer_settings, "strategy": plan.strategy, "plugins": list(plan.plugins) or None}
+    if plan.distributed.deepspeed is not None:  # the "auto" values that need the model and the run's length
+        kwargs["strategy"] = _deepspeed_strategy(plan, facade, request.max_steps)
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)
     kwargs["max_epochs"] = max(request.num_train_epochs - request.epochs_trained, 1)

@@ -232,6 +232,7 @@ class HFModule(L.LightningModule):
             if index < len(window) - 1:
                 self.driver.on_substep_end()
         optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
+        self.after_optimizer_step()
         self.driver.on_optimizer_step()
         learning_rate = self.current_learning_rate()
         if steps_per_update(self.hf_lr_scheduler):
@@ -314,6 +315,9 @@ class HFModule(L.LightningModule):
             sync_dist=self.trainer.world_size > 1,
         )
         return loss
+
+    def after_optimizer_step(self) -> None:
+        """Called right after each optimizer step (an engine that clips inside its step reads the norm here)."""
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from hf_lightning.adapters.deepspeed import DeepSpeedSettings, build_deepspeed_strategy, deepspeed_settings
 from hf_lightning.adapters.fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
 from hf_lightning.adapters.plan_groups import checkpointing
 
@@ -49,6 +50,8 @@ class DistributedSettings:
     static_graph: bool | None = None
     fsdp: FSDPSettings | None = None
     """``fsdp``/``fsdp_config`` (``adapters/fsdp.py``); ``None`` when FSDP is off."""
+    deepspeed: DeepSpeedSettings | None = None
+    """``deepspeed`` (``adapters/deepspeed.py``); ``None`` when DeepSpeed is off."""
 
     @property
     def uses_ddp(self) -> bool:
@@ -68,6 +71,8 @@ class DistributedSettings:
         """One line: the strategy the settings build."""
         if self.fsdp is not None:
             return self.fsdp.describe(self.world_size, self.process_group_backend, self.timeout_s)
+        if self.deepspeed is not None:
+            return self.deepspeed.describe(self.process_group_backend)
         if not self.uses_ddp:
             return "'auto' (one process; the ddp_* arguments apply under a launcher with WORLD_SIZE > 1)"
         options = ", ".join(f"{key}={value!r}" for key, value in self.ddp_kwargs().items())
@@ -134,6 +139,7 @@ def distributed_settings(
         broadcast_buffers=args.ddp_broadcast_buffers,
         static_graph=args.ddp_static_graph,
         fsdp=fsdp_settings(args),
+        deepspeed=deepspeed_settings(args, world_size, cpu=accelerator == "cpu" or not cuda_available),
     )
 
 
@@ -143,6 +149,11 @@ def build_strategy(settings: DistributedSettings) -> Any:
         return build_fsdp_strategy(
             settings.fsdp, settings.world_size, settings.process_group_backend, settings.timeout_s
         )
+    if settings.deepspeed is not None:  # the "auto" values that need the model: adapters/fit.py
+        return build_deepspeed_strategy(
+            settings.deepspeed.config, settings.process_group_backend, cpu=settings.deepspeed.cpu,
+            devices=settings.devices,
+        )  # fmt: skip
     if not settings.uses_ddp:
         return "auto"
     from lightning.pytorch.strategies import DDPStrategy

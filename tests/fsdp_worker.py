@@ -21,6 +21,18 @@ MODES = {
     "fsdp": {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["GPT2Block"]}},
     "fsdp_grad_op": {"fsdp": True, "fsdp_config": {"reshard_after_forward": False}},
     "fsdp_ckpt": {"fsdp": True, "fsdp_config": {"activation_checkpointing": True, "min_num_params": 0}},
+    **{
+        f"zero{stage}": {
+            "deepspeed": {
+                "zero_optimization": {"stage": stage, "reduce_bucket_size": "auto"},
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "train_batch_size": "auto",
+                "gradient_clipping": "auto",
+            }
+        }
+        for stage in (2, 3)
+    },
 }
 
 
@@ -28,8 +40,22 @@ def _local_numel(model: torch.nn.Module) -> int:
     total = 0
     for param in model.parameters():
         local = getattr(param, "to_local", None)
-        total += (local() if local is not None else param).numel()
+        partition = getattr(param, "ds_tensor", None)  # DeepSpeed ZeRO-3
+        total += (partition if partition is not None else local() if local is not None else param).numel()
     return total
+
+
+def _full_state(model: torch.nn.Module) -> dict:
+    if any(hasattr(param, "ds_numel") for param in model.parameters()):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            return {name: value.detach().clone() for name, value in model.state_dict().items()}
+    state = {}
+    for name, value in model.state_dict().items():
+        full = getattr(value, "full_tensor", None)
+        state[name] = (full() if full is not None else value).detach().clone()
+    return state
 
 
 def train(out_dir: str, mode: str) -> dict:
@@ -57,13 +83,12 @@ def train(out_dir: str, mode: str) -> dict:
     trainer.train()
     trainer.save_model(os.path.join(out_dir, f"{mode}_saved"))  # every rank: the weights are gathered
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    state = {}
-    for name, value in model.state_dict().items():
-        full = getattr(value, "full_tensor", None)
-        state[name] = (full() if full is not None else value).detach().clone()
+    norms = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+    state = _full_state(model)
     each_node = TrainingArguments(os.path.join(out_dir, mode), save_on_each_node=True, log_on_each_node=False)
     return {
         "losses": losses,
+        "grad_norms": norms,
         "state": state,
         "local_numel": _local_numel(model),
         "should_log": args.should_log,  # log_on_each_node=True (the default)

@@ -129,9 +129,55 @@ def test_json_path_is_read(tmp_path) -> None:
     assert filled["gradient_accumulation_steps"] == 2 and zero_stage(filled) == 2
 
 
-def test_deepspeed_training_is_refused_naming_the_argument(tmp_path) -> None:
-    """Training with ``deepspeed`` is not wired yet: to_lightning raises NotImplementedError naming it."""
+def test_plan_shows_the_deepspeed_strategy(tmp_path) -> None:
+    """``to_lightning`` plans DeepSpeed with the config's ZeRO stage; mismatches raise already here."""
     from hf_lightning.adapters.plan import to_lightning
 
-    with pytest.raises(NotImplementedError, match="deepspeed"):
-        to_lightning(TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2}}))
+    plan = to_lightning(
+        TrainingArguments(str(tmp_path), use_cpu=True, deepspeed={"zero_optimization": {"stage": 3}})
+    )
+    assert plan.distributed.deepspeed is not None and plan.distributed.deepspeed.stage == 3
+    assert "DeepSpeedStrategy(config=<ZeRO stage 3" in plan.describe()
+    with pytest.raises(ValueError, match="gradient_clipping"):
+        to_lightning(TrainingArguments(str(tmp_path), deepspeed={"gradient_clipping": 9.0}))
+
+
+def test_engine_config_trains_with_the_trainers_optimizer(tmp_path) -> None:
+    """The engine gets the Trainer's optimizer (allowed under ZeRO) and accumulates through the Trainer's windows."""
+    from hf_lightning.adapters.deepspeed import engine_config
+
+    config = {
+        "zero_optimization": {"stage": 2},
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto",
+    }
+    args = TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)
+    filled = engine_config(args, world_size=2, model=tiny_gpt2(), num_training_steps=STEPS)
+    assert filled["zero_allow_untested_optimizer"] is True
+    assert "gradient_accumulation_steps" not in filled and "train_batch_size" not in filled
+    assert filled["zero_optimization"]["stage"] == 2
+
+
+@pytest.mark.parametrize("section", ["optimizer", "scheduler"])
+def test_deepspeed_optimizer_or_scheduler_section_is_refused_by_name(tmp_path, section: str) -> None:
+    """A DeepSpeed-built optimizer or scheduler is not wired yet: NotImplementedError naming the section."""
+    from hf_lightning.adapters.deepspeed import engine_config
+
+    config = {"zero_optimization": {"stage": 2}, section: {"type": "AdamW", "params": {}}}
+    args = TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)
+    with pytest.raises(NotImplementedError, match=f"DeepSpeed `{section}` section"):
+        engine_config(args, world_size=1, model=tiny_gpt2(), num_training_steps=STEPS)
+
+
+def test_checkpoints_under_deepspeed_are_refused_by_name(tmp_path) -> None:
+    """Saving checkpoints under DeepSpeed is not wired yet: the fit refuses, naming save_strategy."""
+    from hf_lightning.adapters.fit import _module_class
+    from hf_lightning.adapters.plan import to_lightning
+
+    plan = to_lightning(TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2}}))
+    with pytest.raises(NotImplementedError, match="save_strategy='no'"):
+        _module_class(plan)
+    plan = to_lightning(
+        TrainingArguments(str(tmp_path), save_strategy="no", deepspeed={"zero_optimization": {"stage": 2}})
+    )
+    assert _module_class(plan).__name__ == "DeepSpeedModule"

@@ -294,12 +294,13 @@ def test_unknown_ddp_backend_is_refused():
 
 def test_not_yet_arguments_are_refused():
     """Arguments nobody carries yet raise one NotImplementedError naming each."""
-    args = TrainingArguments(output_dir="out", deepspeed="ds.json", debug="underflow_overflow")
+    args = TrainingArguments(
+        output_dir="out", accelerator_config={"split_batches": True}, debug="underflow_overflow"
+    )
     with pytest.raises(NotImplementedError) as caught:
         to_lightning(args)
-    assert "`TrainingArguments(deepspeed='ds.json')` is not supported by hf_lightning yet" in str(
-        caught.value
-    )
+    assert "`TrainingArguments(accelerator_config={'split_batches': True" in str(caught.value)
+    assert "is not supported by hf_lightning yet" in str(caught.value)
     assert "`TrainingArguments(debug=" in str(caught.value)
 
 

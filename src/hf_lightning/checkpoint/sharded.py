@@ -57,8 +57,15 @@ _METADATA = ".metadata"
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model`` holds sharded (``DTensor``) parameters."""
-    return any(callable(getattr(param, "full_tensor", None)) for param in model.parameters())
+    """Whether ``model`` holds sharded parameters (FSDP2's ``DTensor``, or DeepSpeed ZeRO-3's partitions)."""
+    return any(
+        callable(getattr(param, "full_tensor", None)) or hasattr(param, "ds_numel")
+        for param in model.parameters()
+    )
+
+
+def _zero3(model: nn.Module) -> bool:
+    return any(hasattr(param, "ds_numel") for param in model.parameters())
 
 
 def has_sharded_weights(folder: str | os.PathLike[str]) -> bool:
@@ -81,6 +88,11 @@ def gathered_model_state(model: nn.Module, *, everywhere: bool = True) -> dict[s
     (the others get ``{}``)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+    if _zero3(model):  # DeepSpeed ZeRO-3: every process gathers the partitions for the copy
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+            return {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
     if everywhere:
         return {
             name: (value.full_tensor() if callable(getattr(value, "full_tensor", None)) else value)

@@ -1,0 +1,52 @@
+"""``HFModule`` under Lightning's ``DeepSpeedStrategy``: DeepSpeed clips and reports the gradient norm.
+
+DeepSpeed's engine owns the backward (``manual_backward`` goes through Lightning to
+``engine.backward``) and the update (``optimizer.step()`` is ``engine.step()``): it clips with its
+``gradient_clipping`` (``max_grad_norm``, filled by ``adapters/deepspeed.py``) inside the step, so the
+module does not clip again and reads the norm DeepSpeed computed, as transformers does
+(``get_global_grad_norm``). The Trainer's accumulation windows accumulate: each micro-batch's backward
+tells the engine whether it ends the window (``set_gradient_accumulation_boundary``), and the engine
+steps once per window, a short last window included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hf_lightning.adapters.module import HFModule
+
+__all__ = ["DeepSpeedModule"]
+
+
+class DeepSpeedModule(HFModule):
+    """:class:`HFModule` whose backward, clipping and update are DeepSpeed's."""
+
+    _backwards = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        self._backwards = 0
+        super().training_step(batch, batch_idx)
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``engine.backward``: the window's last micro-batch is DeepSpeed's accumulation boundary (where
+        ZeRO reduces the accumulated gradients); the loss is already scaled for the accumulation."""
+        self._backwards += 1
+        engine: Any = self.trainer.strategy.model
+        engine.set_gradient_accumulation_boundary(self._backwards >= self.window_size)
+        # engine.forward() starts each micro-batch for ZeRO (its micro-step count: accumulate, not copy);
+        # the window's micro-batches run inside one engine.forward, so each backward starts one here.
+        start = getattr(engine.optimizer, "clear_backward_seen_flag", None)
+        if start is not None:
+            start()
+        kwargs.setdefault("scale_wrt_gas", False)
+        super().manual_backward(loss, *args, **kwargs)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.driver.on_pre_optimizer_step()  # DeepSpeed clips inside engine.step()
+
+    def after_optimizer_step(self) -> None:
+        engine: Any = self.trainer.strategy.model  # the DeepSpeedEngine wrapping this module
+        norm = engine.get_global_grad_norm()
+        self.last_grad_norm = float(norm) if norm is not None else 0.0
