@@ -41,7 +41,12 @@ from hf_lightning.adapters.plan_groups import (
     module_settings,
     precisions,
 )
-from hf_lightning.adapters.strategy import DistributedSettings, build_strategy, distributed_settings
+from hf_lightning.adapters.strategy import (
+    DistributedSettings,
+    build_strategy,
+    cluster_plugins,
+    distributed_settings,
+)
 from hf_lightning.args.enums import enum_value
 
 __all__ = [
@@ -103,8 +108,8 @@ class LightningPlan:
 
     @property
     def plugins(self) -> tuple[Any, ...]:
-        """Extra ``lightning.Trainer`` plugins; precision and environment need none today."""
-        return ()
+        """Extra ``lightning.Trainer`` plugins: torchrun's cluster environment inside a SLURM allocation."""
+        return cluster_plugins(self.distributed)
 
     @cached_property
     def trainer_kwargs(self) -> Mapping[str, Any]:

@@ -20,8 +20,9 @@ from typing import Any
 from hf_lightning.adapters.deepspeed import DeepSpeedSettings, build_deepspeed_strategy, deepspeed_settings
 from hf_lightning.adapters.fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
 from hf_lightning.adapters.plan_groups import checkpointing
+from hf_lightning.args.launcher import launcher_variables
 
-__all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "distributed_settings"]
+__all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "cluster_plugins", "distributed_settings"]
 
 DDP_BACKENDS = ("nccl", "mpi", "xccl", "gloo", "hccl")
 """Process-group backends accepted by ``ddp_backend``."""
@@ -48,6 +49,9 @@ class DistributedSettings:
     bucket_cap_mb: int | None = None
     broadcast_buffers: bool | None = None
     static_graph: bool | None = None
+    cluster: str | None = None
+    """``"torchelastic"`` when torchrun runs inside a SLURM allocation (Lightning would take SLURM's ranks);
+    ``None``: Lightning detects the launcher (``SLURMEnvironment`` for ``srun``, torchrun's otherwise)."""
     fsdp: FSDPSettings | None = None
     """``fsdp``/``fsdp_config`` (``adapters/fsdp.py``); ``None`` when FSDP is off."""
     deepspeed: DeepSpeedSettings | None = None
@@ -96,7 +100,8 @@ def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 
 def _world(env: Mapping[str, str]) -> tuple[int, int, int]:
-    """``(world_size, devices_per_node, num_nodes)`` from the launcher's variables."""
+    """``(world_size, devices_per_node, num_nodes)`` from the launcher's variables (torchrun's or srun's)."""
+    env = launcher_variables(env)
     world_size = _env_int(env, "WORLD_SIZE", 1)
     local = _env_int(env, "LOCAL_WORLD_SIZE", world_size)
     if world_size % local:
@@ -138,6 +143,7 @@ def distributed_settings(
         bucket_cap_mb=args.ddp_bucket_cap_mb,
         broadcast_buffers=args.ddp_broadcast_buffers,
         static_graph=args.ddp_static_graph,
+        cluster="torchelastic" if env.get("WORLD_SIZE") and "SLURM_NTASKS" in env else None,
         fsdp=fsdp_settings(args),
         deepspeed=deepspeed_settings(args, world_size, cpu=accelerator == "cpu" or not cuda_available),
     )
@@ -163,3 +169,12 @@ def build_strategy(settings: DistributedSettings) -> Any:
         timeout=timedelta(seconds=settings.timeout_s),
         **settings.ddp_kwargs(),
     )
+
+
+def cluster_plugins(settings: DistributedSettings) -> tuple[Any, ...]:
+    """The cluster environment to give Lightning when its own detection would pick the wrong one."""
+    if settings.cluster == "torchelastic":
+        from lightning.fabric.plugins.environments import TorchElasticEnvironment
+
+        return (TorchElasticEnvironment(),)
+    return ()

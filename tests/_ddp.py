@@ -19,21 +19,50 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _launcher_env(launcher: str, rank: int, world: int) -> dict[str, str]:
+    if launcher == "srun":  # what `srun --ntasks-per-node=WORLD` gives each task (no torch variables)
+        return {
+            "SLURM_NTASKS": str(world),
+            "SLURM_NTASKS_PER_NODE": str(world),
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": str(rank),
+            "SLURM_NODEID": "0",
+            "SLURM_NNODES": "1",
+            "SLURM_NODELIST": "localhost",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_JOB_NAME": "train",
+        }
+    return {
+        "WORLD_SIZE": str(world),
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(world),
+    }
+
+
 def run_ranks(
-    script: str, args: list[str], world: int = 2, timeout: float = 300, check: bool = True
+    script: str,
+    args: list[str],
+    world: int = 2,
+    timeout: float = 300,
+    check: bool = True,
+    launcher: str = "torchrun",
 ) -> list[tuple[int, str]]:
     """Run ``python script *args`` once per rank and wait; fails with a rank's log when one exits non-zero
-    (with ``check``). Returns each rank's exit code and output."""
+    (with ``check``). Returns each rank's exit code and output. ``launcher="srun"`` gives each process
+    the variables of an ``srun`` task instead of torchrun's."""
     port = str(_free_port())
     procs = []
+    inherited = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE") and not k.startswith("SLURM_")
+    }
     for rank in range(world):
         env = {
-            **os.environ,
-            "WORLD_SIZE": str(world),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
+            **inherited,
+            **_launcher_env(launcher, rank, world),
+            **({} if launcher == "srun" else {"MASTER_ADDR": "127.0.0.1"}),  # srun: from SLURM_NODELIST
             "MASTER_PORT": port,
             "OMP_NUM_THREADS": "1",
             "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),

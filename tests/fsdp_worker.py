@@ -101,4 +101,5 @@ def train(out_dir: str, mode: str) -> dict:
 if __name__ == "__main__":
     out, mode = sys.argv[1], sys.argv[2]
     record = train(out, mode)
-    torch.save(record, os.path.join(out, f"{mode}_rank{os.environ['RANK']}.pt"))
+    rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID"))  # torchrun's or srun's
+    torch.save(record, os.path.join(out, f"{mode}_rank{rank}.pt"))

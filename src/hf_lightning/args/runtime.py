@@ -1,7 +1,7 @@
 """Values `TrainingArguments` derives from the process it runs in: batch sizes, ranks, device, log level.
 
 Ranks and world size are read from the standard launcher variables (``WORLD_SIZE``, ``RANK``,
-``LOCAL_RANK``) each time they are asked for, falling back to an initialised ``torch.distributed``.
+``LOCAL_RANK``; an ``srun`` task's ``SLURM_*`` variables stand for them: ``args/launcher.py``) each time they are asked for, falling back to an initialised ``torch.distributed``.
 Nothing here starts a process group or touches accelerate; torch is imported only when a property
 needs it, so building the arguments stays cheap.
 
@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from hf_lightning.args.enums import ParallelMode
+from hf_lightning.args.launcher import launcher_variables
 from hf_lightning.utils import logging as hf_logging
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def _distributed() -> bool:
 
 
 def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
+    value = launcher_variables(os.environ).get(name)  # torchrun's, or derived from an srun task
     return int(value) if value not in (None, "") else None
 
 
