@@ -15,11 +15,12 @@ Nothing here reads ``os.environ``; the strategy is built lazily by the plan.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["FSDPSettings", "build_fsdp_strategy", "fsdp_settings", "wraps_module"]
+__all__ = ["FSDPSettings", "build_fsdp_strategy", "fsdp_settings", "modules_to_wrap", "wraps_module"]
 
 _V1_SHARDING = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
 _PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
@@ -192,6 +193,49 @@ def wraps_module(settings: FSDPSettings, model: Any) -> Any:
         limit = settings.min_num_params
         return lambda module: sum(p.numel() for p in module.parameters()) >= limit
     return lambda module: False
+
+
+_CONTAINERS = ("ModuleList", "ModuleDict")
+"""Never wrapped by size (they have no forward of their own), as torch's size-based policy excludes them."""
+
+
+def modules_to_wrap(settings: FSDPSettings, model: Any) -> list[Any]:
+    """The modules sharded as their own unit, children before parents (``fully_shard`` goes bottom-up).
+
+    ``TRANSFORMER_BASED_WRAP``: the named layer classes. ``SIZE_BASED_WRAP``: as torch's size-based
+    policy decides, bottom-up, a module whose parameters not already in a wrapped descendant number at
+    least ``min_num_params`` (``ModuleList``/``ModuleDict`` and modules holding a parameter tied to one
+    outside them excluded). The root is sharded separately.
+    """
+    if settings.auto_wrap_policy != "SIZE_BASED_WRAP" or settings.min_num_params <= 0:
+        predicate = wraps_module(settings, model)
+        return [m for m in _post_order(model) if m is not model and predicate(m)]
+    chosen: list[Any] = []
+    covered: set[int] = set()  # ids of parameters inside a chosen module
+    owners = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    for module in _post_order(model):
+        if module is model or type(module).__name__ in _CONTAINERS or _shares_outside(module, owners):
+            continue
+        free = [p for p in module.parameters() if id(p) not in covered]
+        if sum(p.numel() for p in free) >= settings.min_num_params:
+            chosen.append(module)
+            covered.update(id(p) for p in free)
+    return chosen
+
+
+def _shares_outside(module: Any, owners: Counter[int]) -> bool:
+    """Whether a parameter of ``module`` is tied to one outside it (GPT-2's ``lm_head`` and ``wte``): FSDP2
+    keeps tied parameters in one unit, so such a module is left to its parent."""
+    inside = Counter(id(p) for _, p in module.named_parameters(remove_duplicate=False))
+    return any(count < owners[key] for key, count in inside.items())
+
+
+def _post_order(module: Any) -> list[Any]:
+    order: list[Any] = []
+    for child in module.children():
+        order.extend(_post_order(child))
+    order.append(module)
+    return order
 
 
 class _V1WrapPolicy:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, wraps_module
+from hf_lightning.adapters.fsdp import FSDPSettings, modules_to_wrap
 from hf_lightning.adapters.module import HFModule
 
 __all__ = ["FSDP2Module", "shard_model"]
@@ -30,15 +30,17 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> dict[int
     """
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
-    predicate = wraps_module(settings, model)
-    layers = [module for module in model.modules() if module is not model and predicate(module)]
+    layers = modules_to_wrap(settings, model)  # children first
     if settings.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
         chosen = {id(layer) for layer in layers}
         apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
     names = {id(param): name for name, param in model.named_parameters()}  # the wrapper renames
-    offload = CPUOffloadPolicy() if settings.cpu_offload else OffloadPolicy()
+    # pinned host memory needs an accelerator; on a CPU-only machine the shards simply stay on the CPU
+    offload = (
+        CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if settings.cpu_offload else OffloadPolicy()
+    )
     options = {
         "mesh": mesh,
         "reshard_after_forward": settings.reshard_after_forward,

@@ -21,6 +21,14 @@ MODES = {
     "fsdp": {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["GPT2Block"]}},
     "fsdp_grad_op": {"fsdp": True, "fsdp_config": {"reshard_after_forward": False}},
     "fsdp_ckpt": {"fsdp": True, "fsdp_config": {"activation_checkpointing": True, "min_num_params": 0}},
+    "fsdp_offload": {
+        "fsdp": "full_shard offload auto_wrap",
+        "fsdp_config": {"transformer_layer_cls_to_wrap": ["GPT2Block"]},
+    },
+    "fsdp_size": {
+        "fsdp": True,
+        "fsdp_config": {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 20000},
+    },
     **{
         f"zero{stage}": {
             "deepspeed": {

@@ -129,6 +129,36 @@ def test_size_based_wrap_uses_min_num_params() -> None:
     assert predicate(model.transformer.h[0]) and not predicate(model.transformer.ln_f)
 
 
+def test_size_based_wrap_follows_torchs_policy() -> None:
+    """Bottom-up: a module is wrapped when its parameters outside wrapped descendants reach
+    ``min_num_params``; containers and modules tied to outside parameters (GPT-2's ``transformer``, whose
+    ``wte`` is ``lm_head``) are not; children come before parents."""
+    from hf_lightning.adapters.fsdp import modules_to_wrap
+
+    model = tiny_gpt2()
+    small = FSDPSettings(2, True, False, "SIZE_BASED_WRAP", 20000, None, "FULL_STATE_DICT", False, False)
+    assert [type(m).__name__ for m in modules_to_wrap(small, model)] == ["GPT2MLP", "GPT2MLP"]
+    convs = FSDPSettings(2, True, False, "SIZE_BASED_WRAP", 10000, None, "FULL_STATE_DICT", False, False)
+    assert [type(m).__name__ for m in modules_to_wrap(convs, model)] == [
+        "Conv1D"
+    ] * 6  # not the 4160-param c_proj
+
+    class Outer(torch.nn.Module):  # its own 20000 parameters and a wrapped child
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(200, 100))
+            self.inner = torch.nn.Linear(100, 100)
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(100, 100)])
+
+    root = torch.nn.Sequential(Outer())
+    chosen = modules_to_wrap(convs, root)
+    assert [type(m).__name__ for m in chosen] == [
+        "Linear",
+        "Linear",
+        "Outer",
+    ]  # children first, no ModuleList
+
+
 # --- real runs: 2 gloo processes ---------------------------------------------------------
 
 
@@ -138,7 +168,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests._ddp import run_ranks
 
     out = tmp_path_factory.mktemp("fsdp")
-    modes = ("ddp", "fsdp", "fsdp_grad_op", "fsdp_ckpt")
+    modes = ("ddp", "fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size")
     for mode in modes:
         run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
     runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
@@ -147,9 +177,10 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.ddp
-@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op", "fsdp_ckpt"])
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size"])
 def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
-    """After 4 steps with GA 2, FSDP2's gathered weights (full shard, shard_grad_op, activation checkpointing) equal DDP's within 1e-5."""
+    """After 4 steps with GA 2, FSDP2's gathered weights (full shard, shard_grad_op, activation checkpointing,
+    CPU offload, size-based wrapping) equal DDP's within 1e-5."""
     ddp = fsdp_runs["ddp"][0]["state"]
     for record in fsdp_runs[mode]:
         for name, value in ddp.items():
