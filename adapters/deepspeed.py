@@ -217,7 +217,8 @@ def _skip_shared_memory_op() -> None:
     serves without it."""
     import importlib
 
-    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    module: Any = importlib.import_module("deepspeed.comm.torch")
+    module.build_shm_op = lambda: None
 
 
 def build_deepspeed_strategy(

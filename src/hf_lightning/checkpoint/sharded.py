@@ -25,7 +25,7 @@ import os
 import pickle
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -100,7 +100,10 @@ def gathered_model_state(model: nn.Module, *, everywhere: bool = True) -> dict[s
             .cpu()
             for name, value in model.state_dict().items()
         }
-    return get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=True))
+    return cast(
+        dict[str, torch.Tensor],
+        get_model_state_dict(model, options=_options(full_state_dict=True, cpu_offload=True)),
+    )
 
 
 def _names_in_order(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -253,7 +256,7 @@ def load_full_model_state(model: nn.Module, state_dict: Mapping[str, torch.Tenso
             twin = next((other for other, p in params.items() if p is param and other in complete), None)
             if twin is not None:
                 complete[name] = complete[twin]
-    set_model_state_dict(model, complete, options=_options(full_state_dict=True))
+    set_model_state_dict(model, cast(Any, complete), options=_options(full_state_dict=True))
 
 
 def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str) -> str | None:

@@ -141,7 +141,7 @@ def save_model(
     if weights:
         save_model_weights(model, output_dir, state_dict=state_dict)
     else:
-        config = getattr(unwrap_model(model), "config", None)
+        config: Any = getattr(unwrap_model(model), "config", None)
         if callable(getattr(config, "save_pretrained", None)):
             config.save_pretrained(output_dir)
     if processing_class is not None:

@@ -92,13 +92,17 @@ def _check_no_accumulation(args: Any, optimizer_name: str) -> None:
 
 def setup_low_rank_optimizer(
     args: Any,
-    model: nn.Module,
+    model: nn.Module | None,
     optimizer_name: str,
     optimizer_cls: type[torch.optim.Optimizer],
     low_rank_kwargs: dict[str, Any],
     optimizer_kwargs: dict[str, Any],
 ) -> tuple[Any, dict[str, Any]]:
     """The class and kwargs (with ``params``, or ``optimizer_dict`` when layer-wise) transformers builds."""
+    if model is None:
+        raise ValueError(
+            f"`TrainingArguments(optim={optimizer_name!r})` needs the model to choose its target modules"
+        )
     layerwise = optimizer_name.lower().endswith("layerwise")
     if layerwise:
         _check_not_distributed(args, optimizer_name)

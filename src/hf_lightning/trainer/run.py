@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["TrainingRun"]
 
 
-def _input_tokens(inputs: dict[str, Any], name: str, mode: str, pad_token_id: int | None) -> Any:
+def _input_tokens(inputs: dict[str, Any], name: str, mode: str | bool, pad_token_id: int | None) -> Any:
     """The micro-batch's tokens: all, or with "non_padding" the attention mask's ones (else the ids that are
     not the processing class's ``pad_token_id``; else all, with a warning), as transformers counts them."""
     if mode != "non_padding":
