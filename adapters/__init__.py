@@ -12,6 +12,7 @@ _EXPORTS: dict[str, str] = {
     "to_lightning": "plan",
     "LightningPlan": "plan",
     "HFModule": "module",
+    "DeepSpeedModule": "deepspeed_module",
     "AccumulationWindows": "windows",
     "ModuleSettings": "plan",
     "DataSettings": "plan",

@@ -30,6 +30,7 @@ __all__ = [
     "deepspeed_settings",
     "engine_config",
     "fill_deepspeed_config",
+    "for_lightning",
     "load_deepspeed_config",
     "zero_stage",
 ]
@@ -206,10 +207,27 @@ def engine_config(args: Any, *, world_size: int, model: Any, num_training_steps:
                 f"`TrainingArguments(deepspeed=...)` with a DeepSpeed `{section}` section is not supported by "
                 f"hf_lightning yet; remove the section to train with the Trainer's {section} ({arguments})"
             )
+    return for_lightning(config)
+
+
+def for_lightning(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as Lightning's ``DeepSpeedStrategy`` accepts it: no ``gradient_accumulation_steps`` or
+    ``train_batch_size`` (Lightning derives them from ``accumulate_grad_batches``), the module's own
+    optimizer allowed, and an ``"auto"`` still unfilled (it needs the model: ``plan.strategy`` is built
+    without one) left to DeepSpeed's default."""
+    config = _without_auto(copy.deepcopy(dict(config)))
     config.pop("gradient_accumulation_steps", None)
     config.pop("train_batch_size", None)
     config["zero_allow_untested_optimizer"] = True
     return config
+
+
+def _without_auto(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: _without_auto(value) if isinstance(value, dict) else value
+        for key, value in node.items()
+        if value != "auto"
+    }
 
 
 def _skip_shared_memory_op() -> None:
@@ -237,8 +255,9 @@ def build_deepspeed_strategy(
         ) from exc
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
+    config = for_lightning(config)
     if not cpu:
-        return DeepSpeedStrategy(config=dict(config), process_group_backend=backend)
+        return DeepSpeedStrategy(config=config, process_group_backend=backend)
     import torch
 
     _skip_shared_memory_op()
@@ -250,7 +269,7 @@ def build_deepspeed_strategy(
             super(DeepSpeedStrategy, self).setup_environment()  # all but the CUDAAccelerator check
 
     return CPUDeepSpeedStrategy(
-        config=dict(config),
+        config=config,
         process_group_backend=backend or "gloo",
         parallel_devices=[torch.device("cpu", index) for index in range(devices)],
     )

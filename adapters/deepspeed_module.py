@@ -24,6 +24,7 @@ class DeepSpeedModule(HFModule):
     """:class:`HFModule` whose backward, clipping and update are DeepSpeed's."""
 
     _backwards = 0
+    drives_deepspeed = True
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         self._backwards = 0

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from hf_lightning.adapters.module_checks import (
+    check_engine_module,
     check_eval_labels,
     check_windows_are_sharded,
     refuse_lightning_accumulation,
@@ -205,6 +206,7 @@ class HFModule(L.LightningModule):
     def on_train_start(self) -> None:
         if isinstance(self.driver, StandaloneDriver):
             check_windows_are_sharded(self.trainer)
+        check_engine_module(self, self.trainer)
         self.driver.on_train_begin()
 
     def on_train_epoch_start(self) -> None:

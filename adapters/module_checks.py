@@ -52,6 +52,21 @@ def check_windows_are_sharded(trainer: Any) -> None:
         )
 
 
+def check_engine_module(module: Any, trainer: Any) -> None:
+    """Raise when a module that does not hand the accumulation to DeepSpeed runs under ``DeepSpeedStrategy``
+    (ZeRO would keep only the last micro-batch's gradients of a window): use ``DeepSpeedModule``."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    if isinstance(getattr(trainer, "strategy", None), DeepSpeedStrategy) and not getattr(
+        module, "drives_deepspeed", False
+    ):
+        raise TypeError(
+            f"`{type(module).__name__}` under Lightning's DeepSpeedStrategy: use "
+            "`hf_lightning.adapters.DeepSpeedModule` (the same arguments), which tells DeepSpeed where each "
+            "accumulation window ends (docs/distributed.md#deepspeed)"
+        )
+
+
 def _train_loaders(loaders: Any) -> Iterable[Any]:
     if isinstance(loaders, Mapping):
         return list(loaders.values())
