@@ -8,6 +8,7 @@ Checks (each in the order below, each timed; one failing check never stops the o
 - ``fp16_resume_bitwise``: fp16 training saved at step 2 and resumed to step 4 in a new Trainer ends
   with bit-identical weights to the uninterrupted run (GradScaler and CUDA RNG state restored);
 - ``fsdp_one_gpu``: ``fsdp=True`` (FSDP2 through Lightning's ModelParallelStrategy) trains on one GPU;
+- ``fsdp_sharded_checkpoint_resume``: FSDP2 with ``SHARDED_STATE_DICT`` checkpoints, resumed bit-identically;
 - ``deepspeed_zero2``: a ZeRO-2 run whose losses equal the run without DeepSpeed;
 - ``optim_<name>``: the CUDA-only optimizers (``paged_adamw_8bit``, ``galore_adamw_8bit``, ``adalomo``)
   trained with both trainers: the losses must agree within ``LOSS_TOLERANCE``;
@@ -124,6 +125,33 @@ def _fsdp_one_device(ctx: dict) -> dict:
     return {"status": "pass" if len(losses) == ctx["steps"] else "fail", "detail": f"losses {losses}"}
 
 
+def _fsdp_sharded_resume(ctx: dict) -> dict:
+    """FSDP2 with sharded checkpoints: resumed at step 2, the weights equal the uninterrupted run's."""
+    import hf_lightning
+
+    fsdp = {"fsdp": True, "fsdp_config": {"state_dict_type": "SHARDED_STATE_DICT"}}
+    with tempfile.TemporaryDirectory() as out:
+        args = _arguments(hf_lightning, out, {**ctx, "steps": 4}, save_strategy="steps", save_steps=2, **fsdp)
+        whole = hf_lightning.Trainer(model=_model(), args=args, train_dataset=_data())
+        whole.train()
+        expected = {
+            k: v.full_tensor() if hasattr(v, "full_tensor") else v
+            for k, v in whole.model.state_dict().items()
+        }
+        resumed = hf_lightning.Trainer(model=_model(), args=args, train_dataset=_data())
+        resumed.train(resume_from_checkpoint=os.path.join(out, "checkpoint-2"))
+        got = {
+            k: v.full_tensor() if hasattr(v, "full_tensor") else v
+            for k, v in resumed.model.state_dict().items()
+        }
+        layout = sorted(
+            n for n in os.listdir(os.path.join(out, "checkpoint-2")) if "fsdp" in n or n == "optimizer_0"
+        )
+    same = all(torch.equal(expected[name], got[name]) for name in expected)
+    return {"status": "pass" if same and layout == ["optimizer_0", "pytorch_model_fsdp_0"] else "fail",
+            "detail": f"{layout}; resumed weights bit-identical = {same}"}  # fmt: skip
+
+
 def _deepspeed_zero2(ctx: dict) -> dict:
     """A ZeRO-2 run through Lightning's DeepSpeedStrategy; its losses equal the plain run's."""
     try:
@@ -190,6 +218,7 @@ CHECKS: dict[str, Callable[[dict], dict]] = {
     "fp16_vs_transformers": _against_transformers("fp16"),
     "fp16_resume_bitwise": _resume_bitwise,
     "fsdp_one_gpu": _fsdp_one_device,
+    "fsdp_sharded_checkpoint_resume": _fsdp_sharded_resume,
     "deepspeed_zero2": _deepspeed_zero2,
     "optim_paged_adamw_8bit": _cuda_against_transformers("bitsandbytes", optim="paged_adamw_8bit"),
     "optim_galore_adamw_8bit": _cuda_against_transformers("galore_torch", optim="galore_adamw_8bit"),
