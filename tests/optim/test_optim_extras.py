@@ -20,7 +20,7 @@ from hf_lightning.optim import (
     get_optimizer_cls_and_kwargs,
     get_scheduler,
 )
-from tests.tiny import RegressionModel, regression_data
+from tests.tiny import RegressionModel, causal_lm_data, regression_data, tiny_llama
 
 # optim name -> (the module it imports, the install hint its ImportError must name)
 PACKAGE_OF = {
@@ -334,3 +334,20 @@ def test_lomo_trains_under_a_plain_lightning_fit(tmp_path):
     )  # fmt: skip
     trainer.fit(HFModule(model, args), AccumulationWindows(loader, 1))
     assert not torch.equal(model.head.weight, before)
+
+
+def test_stable_adamw_trains_on_cpu_when_triton_is_installed(tmp_path, monkeypatch) -> None:
+    """With Triton installed and no GPU, optimi would run Triton kernels on CPU tensors and fail: the
+    optimizer is built with ``triton=False`` and steps on the CPU (docs/divergences.md)."""
+    optimi_utils = pytest.importorskip("optimi.utils")
+    monkeypatch.setattr(optimi_utils, "HAS_TRITON", True)  # as with a CUDA build of torch on a CPU machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    model = tiny_llama()
+    args = TrainingArguments(str(tmp_path), optim="stable_adamw", report_to="none", use_cpu=True)
+    optimizer = Trainer(model=model, args=args).create_optimizer()
+    assert all(group["triton"] is False for group in optimizer.param_groups)
+    batch = {key: value.unsqueeze(0) for key, value in causal_lm_data(n=1, vocab=128)[0].items()}
+    model(**batch).loss.backward()
+    before = next(model.parameters()).detach().clone()
+    optimizer.step()
+    assert not torch.equal(next(model.parameters()), before)

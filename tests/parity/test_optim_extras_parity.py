@@ -13,6 +13,19 @@ import hf_lightning  # noqa: E402
 from tests.parity._run import assert_same_weights, run_both, step_logs  # noqa: E402
 from tests.tiny import causal_lm_data, tiny_llama  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _optimi_without_triton(monkeypatch):
+    """optimi 0.3.x picks its Triton kernels for CPU tensors whenever Triton is installed (a CUDA build of
+    torch brings it), so transformers' own StableAdamW fails on a machine without a GPU. The oracle runs
+    with optimi's Triton switch off; hf_lightning's own fix is tested in tests/optim/test_optim_extras.py."""
+    try:
+        import optimi.utils
+    except ImportError:
+        return
+    monkeypatch.setattr(optimi.utils, "HAS_TRITON", False)
+
+
 # optim name -> (the package it needs, extra TrainingArguments)
 _LOW_RANK = {"optim_target_modules": ["attn", "mlp"], "optim_args": "rank=4,update_proj_gap=2"}
 CPU_CASES: dict[str, tuple[str, dict]] = {

@@ -206,7 +206,7 @@ def _stable_adamw(r: OptimizerRequest) -> tuple[Any, dict[str, Any]]:
     cls = r.require("optimi").StableAdamW
     pop = r.optim_args.pop
     max_lr, kahan_sum = pop("max_lr", None), pop("kahan_sum", None)
-    return cls, {
+    kwargs = {
         **r.kwargs,
         **r.adam_kwargs,
         "weight_decay": r.args.weight_decay,
@@ -214,6 +214,17 @@ def _stable_adamw(r: OptimizerRequest) -> tuple[Any, dict[str, Any]]:
         "max_lr": float(max_lr) if max_lr is not None else None,
         "kahan_sum": bool(kahan_sum) if kahan_sum is not None else None,
     }
+    if _triton_without_gpu(r.require("optimi")):
+        kwargs["triton"] = False  # docs/divergences.md: optimi would pick its Triton kernels for CPU tensors
+    return cls, kwargs
+
+
+def _triton_without_gpu(optimi: Any) -> bool:
+    """Whether optimi (0.3.x) would run its Triton kernels with no GPU: it decides before it has looked at a
+    single parameter, so with Triton installed (it comes with CUDA builds of torch) it picks Triton even
+    for CPU tensors, and the first step fails with "0 active drivers"."""
+    utils = getattr(optimi, "utils", None)
+    return bool(getattr(utils, "HAS_TRITON", False)) and not torch.cuda.is_available()
 
 
 def _device_adamw(module: str, home: str, attribute: str) -> Callable[[OptimizerRequest], Any]:
