@@ -89,3 +89,31 @@ def test_a_model_that_does_not_fit_the_sharded_checkpoint_is_named(tmp_path) -> 
     other = GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=64, n_head=2, vocab_size=256, n_positions=64))
     with pytest.raises(CheckpointError, match="pytorch_model_fsdp_0"):
         load_model_weights(other, folder)
+
+
+class _EnumByGetattr:
+    def __reduce__(self):  # how Python 3.11.2 pickles the enum members inside DCP's .metadata
+        from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+        return (getattr, (_MEM_FORMAT_ENCODING, "TORCH_CONTIGUOUS_FORMAT"))
+
+
+class _GetattrEscape:
+    def __reduce__(self):  # getattr reaching past an enum member: the first step of a code-running chain
+        from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+        return (getattr, (_MEM_FORMAT_ENCODING, "__class__"))
+
+
+def test_metadata_reader_takes_enum_members_pickled_by_getattr_and_nothing_else() -> None:
+    """``getattr`` in a ``.metadata`` resolves only a public member of an allowed enum."""
+    import io
+
+    from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
+
+    from hf_lightning.checkpoint.sharded import _MetadataUnpickler
+
+    member = _MetadataUnpickler(io.BytesIO(pickle.dumps(_EnumByGetattr()))).load()
+    assert member is _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT
+    with pytest.raises(pickle.UnpicklingError, match="__class__"):
+        _MetadataUnpickler(io.BytesIO(pickle.dumps(_GetattrEscape()))).load()

@@ -20,6 +20,7 @@ collective: all processes call it, in the same order.
 
 from __future__ import annotations
 
+import enum
 import io
 import os
 import pickle
@@ -180,10 +181,25 @@ _ALLOWED_METADATA = {
 }
 
 
+def _enum_member(cls: Any, name: str) -> Any:
+    """``getattr`` as some Python versions pickle an enum member, limited to that: a public member of an
+    ``Enum`` class (which the unpickler only gets from the allowed modules)."""
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, enum.Enum)
+        and not name.startswith("_")
+        and name in cls.__members__
+    ):
+        return cls[name]
+    raise pickle.UnpicklingError(f"`getattr({cls!r}, {name!r})` is not part of a checkpoint's metadata")
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """Only the classes a distributed checkpoint's ``.metadata`` is made of; anything else is refused."""
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("builtins", "getattr"):
+            return _enum_member  # Python 3.11.2 pickles `_MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT` so
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         if module == "torch.distributed.checkpoint.metadata" or (module, name) in _ALLOWED_METADATA:
