@@ -6,7 +6,9 @@ A GPT-2 whose parameters and AdamW state dominate memory (8 layers, n_embd 512, 
 its resident set size every millisecond, with hf_lightning's malloc tuning off
 (``HF_LIGHTNING_MALLOC_TUNING=0`` and ``MALLOC_MMAP_THRESHOLD_=65536``: a freed tensor leaves the RSS at once);
 reported per mode: the peak RSS and its rise over the
-RSS just before ``train()`` (the model already built), the larger of the two ranks.
+RSS just before ``train()`` (the model already built), the larger of the two ranks. Two more FSDP2 runs
+save one checkpoint after the last step, ``FULL_STATE_DICT`` (gathered on rank 0) and
+``SHARDED_STATE_DICT`` (each rank its shard), with the seconds that save took.
 
     python benchmarks/bench_fsdp_memory.py          # the table, as in docs/performance.md
 """
@@ -22,7 +24,17 @@ import tempfile
 import threading
 import time
 
-MODES = {"DDP": {}, "FSDP2 (full_shard)": {"fsdp": True}}
+_SAVE = {"save_strategy": "steps", "save_steps": 3}  # one checkpoint, after the last step
+MODES = {
+    "DDP": {},
+    "FSDP2 (full_shard)": {"fsdp": True},
+    "FSDP2 + FULL_STATE_DICT checkpoint": {"fsdp": True, **_SAVE},
+    "FSDP2 + SHARDED_STATE_DICT checkpoint": {
+        "fsdp": True,
+        "fsdp_config": {"state_dict_type": "SHARDED_STATE_DICT"},
+        **_SAVE,
+    },
+}
 
 
 def _rss_mib() -> float:
@@ -42,8 +54,9 @@ def _rank(mode: str, out: str) -> None:
     data = [
         {"input_ids": (ids := torch.randint(0, 8192, (32,), generator=g)), "labels": ids} for _ in range(16)
     ]
-    args = TrainingArguments(out, use_cpu=True, report_to="none", disable_tqdm=True, save_strategy="no",
-                             max_steps=3, per_device_train_batch_size=2, **MODES[mode])  # fmt: skip
+    settings = {"use_cpu": True, "report_to": "none", "disable_tqdm": True, "save_strategy": "no", "max_steps": 3,
+                "per_device_train_batch_size": 2, **MODES[mode]}  # fmt: skip
+    args = TrainingArguments(out, **settings)
     peak, done = [_rss_mib()], threading.Event()
     start = peak[0]
 
@@ -54,11 +67,14 @@ def _rank(mode: str, out: str) -> None:
 
     thread = threading.Thread(target=sample, daemon=True)
     thread.start()
-    Trainer(model=model, args=args, train_dataset=data).train()
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
     done.set()
     thread.join()
     params = sum(p.numel() for p in model.parameters())
-    print("@@mem " + json.dumps({"peak": peak[0], "rise": peak[0] - start, "params": params}), flush=True)
+    save = trainer.checkpoints.last_save_seconds
+    record = {"peak": peak[0], "rise": peak[0] - start, "params": params, "save_s": save}
+    print("@@mem " + json.dumps(record), flush=True)
 
 
 def _run(mode: str) -> list[dict]:
@@ -97,11 +113,17 @@ def main() -> None:
     results = {mode: _run(mode) for mode in MODES}
     ddp_peak = max(r["peak"] for r in results["DDP"])
     ddp_rise = max(r["rise"] for r in results["DDP"])
-    print("| mode | peak RSS per rank (MiB) | rise during train() (MiB) | peak vs DDP | rise vs DDP |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| mode | peak RSS per rank (MiB) | rise during train() (MiB) | peak vs DDP | rise vs DDP | save (s) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for mode, records in results.items():
         peak, rise = max(r["peak"] for r in records), max(r["rise"] for r in records)
-        print(f"| {mode} | {peak:.0f} | {rise:.0f} | {peak / ddp_peak:.2f}x | {rise / ddp_rise:.2f}x |")
+        saves = [r["save_s"] for r in records if r["save_s"] is not None]
+        save = f"{max(saves):.2f}" if saves else "-"
+        print(
+            f"| {mode} | {peak:.0f} | {rise:.0f} | {peak / ddp_peak:.2f}x | {rise / ddp_rise:.2f}x | {save} |"
+        )
 
 
 if __name__ == "__main__":
