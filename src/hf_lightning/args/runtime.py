@@ -82,7 +82,9 @@ def _distributed() -> bool:
 
 
 def _env_int(name: str) -> int | None:
-    value = launcher_variables(os.environ).get(name)  # torchrun's, or derived from an srun task
+    value = os.environ.get(name)
+    if value in (None, "") and "SLURM_NTASKS" in os.environ:  # an srun task's variables stand for torchrun's
+        value = launcher_variables(os.environ).get(name)
     return int(value) if value not in (None, "") else None
 
 

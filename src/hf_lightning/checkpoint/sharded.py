@@ -41,6 +41,7 @@ __all__ = [
     "gathered_optimizer_state",
     "has_sharded_weights",
     "is_sharded",
+    "needs_gathering",
     "load_fsdp_optimizer",
     "load_full_model_state",
     "load_indexed_optimizer_state",
@@ -58,15 +59,17 @@ _METADATA = ".metadata"
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model`` holds sharded parameters (FSDP2's ``DTensor``, or DeepSpeed ZeRO-3's partitions)."""
-    return any(
-        callable(getattr(param, "full_tensor", None)) or hasattr(param, "ds_numel")
-        for param in model.parameters()
-    )
+    """Whether ``model`` holds FSDP2's sharded (``DTensor``) parameters."""
+    return any(callable(getattr(param, "full_tensor", None)) for param in model.parameters())
 
 
 def _zero3(model: nn.Module) -> bool:
     return any(hasattr(param, "ds_numel") for param in model.parameters())
+
+
+def needs_gathering(model: nn.Module) -> bool:
+    """Whether ``model``'s full weights must be gathered to be saved: FSDP2 shards or DeepSpeed ZeRO-3 partitions."""
+    return is_sharded(model) or _zero3(model)
 
 
 def has_sharded_weights(folder: str | os.PathLike[str]) -> bool:
@@ -330,17 +333,18 @@ def sharded_save_options(model: nn.Module, optimizer: Any, args: Any) -> dict[st
     }
 
 
-def load_fsdp_optimizer(model: nn.Module, optimizer: Any, folder: str, *, has_optimizer_pt: bool) -> bool:
+def load_fsdp_optimizer(model: nn.Module, optimizer: Any, folder: str, *, optimizer_pt: str | None) -> bool:
     """The optimizer of an FSDP checkpoint (``optimizer_0/``, Accelerate's ``optimizer.bin``), or
-    ``optimizer.pt`` into the optimizer of an already sharded model; whether one was loaded."""
+    ``optimizer_pt`` (the folder's ``optimizer.pt``, if any) into the optimizer of an already sharded model;
+    whether one was loaded."""
     if optimizer is None:
         return False
     if load_optimizer_state(model, optimizer, folder) is not None:
         return True
-    if has_optimizer_pt and is_sharded(model):
+    if optimizer_pt is not None and is_sharded(model):
         from hf_lightning.checkpoint.io import safe_torch_load
 
-        indexed = safe_torch_load(os.path.join(folder, "optimizer.pt"), map_location="cpu")
+        indexed = safe_torch_load(optimizer_pt, map_location="cpu")
         load_indexed_optimizer_state(model, optimizer, indexed)
         return True
     return False

@@ -36,8 +36,8 @@ from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.sharded import (
     gathered_model_state,
-    is_sharded,
     load_fsdp_optimizer,
+    needs_gathering,
     sharded_save_options,
 )
 from hf_lightning.checkpoint.store import (
@@ -131,7 +131,7 @@ class CheckpointPolicy:
         t = self.trainer
         output_dir = str(t.args.output_dir) if output_dir is None else output_dir
         full = None  # a sharded (FSDP) model: gathered by every process, written by the saver
-        if is_sharded(t.model):
+        if needs_gathering(t.model):
             full = gathered_model_state(t.model, everywhere=bool(t.args.save_on_each_node))
         if not t.args.should_save:
             return
@@ -300,7 +300,8 @@ class CheckpointPolicy:
             return
         t = self.trainer
         has = [os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME)]
-        loaded = load_fsdp_optimizer(t.model, t.optimizer, checkpoint, has_optimizer_pt=has[0])
+        optimizer_pt = os.path.join(checkpoint, OPTIMIZER_NAME) if has[0] else None
+        loaded = load_fsdp_optimizer(t.model, t.optimizer, checkpoint, optimizer_pt=optimizer_pt)
         has[0] = has[0] or loaded
         if all(has):
             # the engine moves it (under FSDP, onto the shards: adapters/fsdp_module.py)
