@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler
 
 from hf_lightning.adapters.plan_groups import EvalSettings, eval_settings
+from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
 
 __all__ = ["EvalCollective", "EvalEngine", "EvalShardSampler", "ensure_process_group"]
@@ -209,10 +210,12 @@ class EvalEngine:
 
     def prepare_model(self, model: torch.nn.Module, in_train: bool) -> tuple[torch.nn.Module, float]:
         """Put ``model`` where a standalone evaluation runs it (cast for full fp16/bf16 evaluation);
-        return it and the seconds that took. During training the model stays as it is."""
+        return it and the seconds that took. During training the model stays as it is; a model FSDP1
+        wrapped runs through its wrapper (transformers' ``model_wrapped``), its shards where they are."""
         start = time.time()
-        if self.in_lightning:
-            return model, 0.0
+        root = fsdp_root(model)
+        if self.in_lightning or root is not None:
+            return root or model, 0.0
         # full fp16/bf16 evaluation casts a model evaluated outside training, as transformers
         dtype = None if in_train else self.settings.eval_dtype
         device = self.settings.device

@@ -73,7 +73,7 @@ def _quiet_lightning(level: int) -> Iterator[None]:
 
 
 def _module_class(plan: Any) -> type[HFModule]:
-    """``HFModule``, or its FSDP2 form when ``fsdp`` is on (FSDP1 training is refused, named)."""
+    """``HFModule``, or its FSDP or DeepSpeed form."""
     deepspeed = plan.distributed.deepspeed
     if deepspeed is not None:
         if deepspeed.saves_checkpoints:
@@ -88,10 +88,10 @@ def _module_class(plan: Any) -> type[HFModule]:
     if fsdp is None:
         return HFModule
     if fsdp.version == 1:
-        raise NotImplementedError(
-            "Training with `fsdp_config['version']=1` (FSDP1, deprecated in transformers) is not supported "
-            "by hf_lightning yet; use `fsdp_config['version']=2` (the default): see docs/distributed.md"
-        )
+        from hf_lightning.adapters.fsdp1_module import FSDP1Module, check_fsdp1
+
+        check_fsdp1(fsdp, plan)
+        return FSDP1Module
     from hf_lightning.adapters.fsdp_module import FSDP2Module
 
     return FSDP2Module

@@ -7,8 +7,9 @@ the refusals transformers (through Accelerate's FSDP plugin) raises, and then a 
 - version 2 (transformers' default): ``ModelParallelStrategy(data_parallel_size=world,
   tensor_parallel_size=1)``; ``HFModule`` applies ``fully_shard`` to the wrapped layers and the
   root in ``configure_model`` (``adapters/fsdp_module.py``);
-- version 1 (deprecated in transformers): ``FSDPStrategy`` with the sharding strategy, prefetching,
-  ``use_orig_params``, ``sync_module_states`` and the wrap policy.
+- version 1 (deprecated in transformers): ``FSDPStrategy`` (its subclass ``FSDP1Strategy``, which
+  shards the HF model on any device: ``adapters/fsdp1_module.py``) with the sharding strategy,
+  prefetching, ``use_orig_params``, ``sync_module_states``, activation checkpointing and the wrap policy.
 
 Nothing here reads ``os.environ``; the strategy is built lazily by the plan.
 """
@@ -239,15 +240,34 @@ def _post_order(module: Any) -> list[Any]:
 
 
 class _V1WrapPolicy:
-    """FSDP1's callable wrap policy from the settings; the first module it sees is the model's root."""
+    """FSDP1's callable wrap policy from the settings; the first module it sees is the model's root.
+
+    ``TRANSFORMER_BASED_WRAP`` wraps the named layer classes; ``SIZE_BASED_WRAP`` is torch's size-based
+    policy (a module whose parameters not yet wrapped reach ``min_num_params``, containers excluded),
+    as Accelerate builds it for FSDP1, except that a module holding a parameter tied to one outside it
+    is left to its parent (GPT-2's ``transformer`` and ``lm_head``): wrapped apart, the tied weight is
+    resharded before the other module uses it.
+    """
 
     def __init__(self, settings: FSDPSettings) -> None:
         self.settings = settings
         self.predicate: Any = None
+        self.owners: Counter[int] | None = None
 
     def __call__(self, module: Any, recurse: bool, nonwrapped_numel: int) -> bool:
+        settings = self.settings
+        if self.owners is None:  # the root
+            self.owners = Counter(id(p) for _, p in module.named_parameters(remove_duplicate=False))
+        if settings.auto_wrap_policy == "SIZE_BASED_WRAP" and settings.min_num_params > 0:
+            from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+            if not recurse and _shares_outside(module, self.owners):
+                return False
+            return size_based_auto_wrap_policy(
+                module, recurse, nonwrapped_numel, min_num_params=settings.min_num_params
+            )
         if self.predicate is None:
-            self.predicate = wraps_module(self.settings, module)
+            self.predicate = wraps_module(settings, module)
         return True if recurse else bool(self.predicate(module))
 
 
@@ -264,7 +284,7 @@ def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | 
             process_group_backend=backend,
             timeout=timeout,
         )
-    from lightning.pytorch.strategies import FSDPStrategy
+    from hf_lightning.adapters.fsdp1_module import FSDP1Strategy
 
     options: dict[str, Any] = {
         "sharding_strategy": str(settings.reshard_after_forward).upper(),
@@ -280,7 +300,9 @@ def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | 
     }
     if settings.limit_all_gathers is not None:
         options["limit_all_gathers"] = settings.limit_all_gathers
-    return FSDPStrategy(**options)
+    if settings.activation_checkpointing:  # applied after wrapping, to the layers the wrap policy picks
+        options["activation_checkpointing_policy"] = _V1WrapPolicy(settings)
+    return FSDP1Strategy(**options)
 
 
 def _v1_prefetch(name: str) -> dict[str, Any]:

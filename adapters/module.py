@@ -294,7 +294,7 @@ class HFModule(L.LightningModule):
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
         """The model's outputs on a prediction batch (a list of them for a window of micro-batches)."""
         window = [batch] if isinstance(batch, Mapping) else self._as_window(batch)
-        outputs = [self.model(**inputs) for inputs in window]
+        outputs = [self.train_model(**inputs) for inputs in window]
         return outputs[0] if len(outputs) == 1 else outputs
 
     def _log_eval_loss(self, name: str, batch: Any) -> torch.Tensor | None:
@@ -304,7 +304,7 @@ class HFModule(L.LightningModule):
         losses, rows = [], []
         for inputs in window:
             check_eval_labels(inputs, name.split("_")[0])
-            losses.append(compute_model_loss(self.model, inputs, self.loss_settings).detach().float())
+            losses.append(compute_model_loss(self.train_model, inputs, self.loss_settings).detach().float())
             rows.append(_batch_rows(inputs))
         weights = torch.tensor(rows, dtype=torch.float32, device=losses[0].device)
         loss = (torch.stack(losses) * weights).sum() / weights.sum()

@@ -1,8 +1,9 @@
-"""One rank of a 2-process FSDP2 run that checkpoints, for ``tests/checkpoint/test_fsdp_checkpoints.py``.
+"""One rank of a 2-process FSDP run that checkpoints, for ``tests/checkpoint/test_fsdp_checkpoints.py``.
 
 ``python tests/fsdp_checkpoint_worker.py OUT KIND RUN [RESUME_FROM]``:
 
-- ``KIND``: ``full`` (``FULL_STATE_DICT``) or ``sharded`` (``SHARDED_STATE_DICT``);
+- ``KIND``: ``full`` (``FULL_STATE_DICT``) or ``sharded`` (``SHARDED_STATE_DICT``) under FSDP2;
+  ``full1`` / ``sharded1`` the same under FSDP1 (``fsdp_config['version'] = 1``);
 - ``RUN``: the name of the run (its ``output_dir`` is ``OUT/RUN``); ``best`` also evaluates every 2 steps
   and loads the best model at the end; ``kill`` SIGKILLs rank 1 while it writes its shard of step 4.
 
@@ -43,8 +44,10 @@ def _kill_rank_one_in_save() -> None:
 
 def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
     from hf_lightning import Trainer, TrainingArguments
+    from hf_lightning.checkpoint.sharded import gathered_model_state
 
-    state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind]
+    state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind.rstrip("1")]
+    version = 1 if kind.endswith("1") else 2
     best = run.startswith("best")
     args = TrainingArguments(
         os.path.join(out_dir, run),
@@ -67,7 +70,11 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
         metric_for_best_model="eval_loss" if best else None,
         greater_is_better=True if best else None,  # the step-2 checkpoint is the best: not the last one
         fsdp="full_shard auto_wrap",
-        fsdp_config={"transformer_layer_cls_to_wrap": ["GPT2Block"], "state_dict_type": state_dict_type},
+        fsdp_config={
+            "transformer_layer_cls_to_wrap": ["GPT2Block"],
+            "state_dict_type": state_dict_type,
+            "version": version,
+        },
     )
     if run.startswith("kill") and os.environ["RANK"] == "1":
         _kill_rank_one_in_save()
@@ -75,10 +82,7 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
     data = causal_lm_data(n=32, seed=5)
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8] if best else None)
     trainer.train(resume_from_checkpoint=resume)
-    full = {}
-    for name, value in model.state_dict().items():
-        gather = getattr(value, "full_tensor", None)
-        full[name] = (gather() if gather is not None else value).detach().clone()
+    full = gathered_model_state(model)  # FSDP2's DTensors or FSDP1's flat shards, gathered
     return {
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "state": full,

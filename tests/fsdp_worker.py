@@ -1,4 +1,4 @@
-"""One rank of a 2-process run for ``tests/adapters/test_fsdp.py``: DDP or FSDP2 (full shard, shard_grad_op, checkpointing).
+"""One rank of a 2-process run for ``tests/adapters/test_fsdp.py``: DDP, FSDP2 or FSDP1 (full shard, shard_grad_op, checkpointing).
 
 ``python tests/fsdp_worker.py OUT MODE``: trains a tiny GPT-2 for 4 optimizer steps with GA 2 and
 writes ``OUT/MODE_rank{r}.pt`` holding the logged losses, the full weights and the number of
@@ -29,6 +29,19 @@ MODES = {
         "fsdp": True,
         "fsdp_config": {"auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 20000},
     },
+    "fsdp1": {
+        "fsdp": "full_shard auto_wrap",
+        "fsdp_config": {"version": 1, "transformer_layer_cls_to_wrap": ["GPT2Block"]},
+    },
+    "fsdp1_grad_op": {"fsdp": "shard_grad_op", "fsdp_config": {"version": 1}},
+    "fsdp1_ckpt": {
+        "fsdp": "full_shard auto_wrap",
+        "fsdp_config": {"version": 1, "activation_checkpointing": True, "backward_prefetch": "backward_pre"},
+    },
+    "fsdp1_size": {
+        "fsdp": "full_shard",
+        "fsdp_config": {"version": 1, "auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 20000},
+    },
     **{
         f"zero{stage}": {
             "deepspeed": {
@@ -45,6 +58,14 @@ MODES = {
 
 
 def _local_numel(model: torch.nn.Module) -> int:
+    from hf_lightning.checkpoint.sharded import fsdp_root
+
+    root = fsdp_root(model)
+    if root is not None:  # FSDP1: the flat shards this process holds (padding included)
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        units = FullyShardedDataParallel.fsdp_modules(root)
+        return sum(unit._flat_param.numel() for unit in units if unit._flat_param is not None)
     total = 0
     for param in model.parameters():
         local = getattr(param, "to_local", None)
@@ -53,12 +74,24 @@ def _local_numel(model: torch.nn.Module) -> int:
     return total
 
 
+def _checkpointed_layers(model: torch.nn.Module) -> int:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from hf_lightning.checkpoint.sharded import fsdp_root
+
+    return sum(isinstance(module, CheckpointWrapper) for module in (fsdp_root(model) or model).modules())
+
+
 def _full_state(model: torch.nn.Module) -> dict:
     if any(hasattr(param, "ds_numel") for param in model.parameters()):
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(list(model.parameters())):
             return {name: value.detach().clone() for name, value in model.state_dict().items()}
+    from hf_lightning.checkpoint.sharded import fsdp_root, gathered_model_state
+
+    if fsdp_root(model) is not None:
+        return gathered_model_state(model)
     state = {}
     for name, value in model.state_dict().items():
         full = getattr(value, "full_tensor", None)
@@ -99,6 +132,7 @@ def train(out_dir: str, mode: str) -> dict:
         "grad_norms": norms,
         "state": state,
         "local_numel": _local_numel(model),
+        "checkpointed_layers": _checkpointed_layers(model),
         "should_log": args.should_log,  # log_on_each_node=True (the default)
         "should_save": args.should_save,  # save_on_each_node=False (the default)
         "should_save_each_node": each_node.should_save,

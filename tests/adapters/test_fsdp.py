@@ -1,8 +1,7 @@
-"""FSDP: ``fsdp``/``fsdp_config`` become Lightning's FSDP strategies; FSDP2 trains on 2 CPU processes.
+"""FSDP: ``fsdp``/``fsdp_config`` become Lightning's FSDP strategies; FSDP2 and FSDP1 train on 2 CPU processes.
 
 The translation tests read ``to_lightning(args)``. The slow tests launch ``tests/fsdp_worker.py`` as 2
-gloo processes (FSDP1 needs an accelerator: torch refuses it on CPU, so the real runs use FSDP2) and
-compare with the same run under DDP.
+gloo processes and compare with the same run under DDP.
 """
 
 from __future__ import annotations
@@ -60,6 +59,54 @@ def test_version_1_plans_fsdp_strategy_with_its_options(tmp_path) -> None:
     assert strategy.cpu_offload.offload_params is True
     assert strategy.kwargs["backward_prefetch"] == BackwardPrefetch.BACKWARD_PRE
     assert strategy.kwargs["use_orig_params"] is False
+
+
+def test_version_1_strategy_shards_the_hf_model_on_any_device(tmp_path) -> None:
+    """FSDP1 plans ``FSDP1Strategy`` (Lightning's FSDPStrategy, which the GPU-only check does not stop on CPU),
+    with activation checkpointing applied to the layers the wrap policy picks."""
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    from hf_lightning.adapters.fsdp1_module import FSDP1Strategy
+
+    config = {"version": 1, "activation_checkpointing": True}
+    strategy = to_lightning(_args(tmp_path, fsdp="full_shard", fsdp_config=config), env=TWO).strategy
+    assert isinstance(strategy, FSDP1Strategy) and type(strategy) is not FSDPStrategy
+    assert "auto_wrap_policy" in strategy._activation_checkpointing_kwargs
+
+
+@pytest.mark.parametrize(
+    ("config", "extra", "named"),
+    [
+        ({"use_orig_params": "false"}, {}, "use_orig_params"),
+        ({}, {"torch_compile": True}, "torch_compile"),
+    ],
+)
+def test_fsdp1_refuses_what_it_does_not_honour(tmp_path, config, extra, named) -> None:
+    """FSDP1 training refuses ``use_orig_params=False`` and ``torch_compile`` by name, before any work."""
+    from hf_lightning.adapters.fit import _module_class
+
+    args = _args(tmp_path, fsdp="full_shard", fsdp_config={"version": 1, **config}, **extra)
+    with pytest.raises(NotImplementedError, match=named):
+        _module_class(to_lightning(args, env=TWO))
+
+
+def test_fsdp1_size_policy_leaves_tied_weights_to_the_parent() -> None:
+    """FSDP1's size-based policy is torch's, except that a module holding a weight tied outside it (GPT-2's
+    ``transformer``, whose ``wte`` is ``lm_head``'s weight) is not wrapped apart."""
+    from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+    from hf_lightning.adapters.fsdp import _V1WrapPolicy
+
+    settings = FSDPSettings(
+        1, "full_shard", False, "SIZE_BASED_WRAP", 20000, None, "FULL_STATE_DICT", False, False
+    )
+    model = tiny_gpt2()
+    policy = _V1WrapPolicy(settings)
+    assert policy(model, True, 60000)  # recurse into a large module
+    assert not policy(model.transformer, False, 40000)
+    assert size_based_auto_wrap_policy(model.transformer, False, 40000, min_num_params=20000)
+    assert policy(model.transformer.h[0].mlp, False, 33000)
+    assert not policy(model.transformer.h, False, 99000)  # a ModuleList, as in torch's policy
 
 
 def test_sharded_state_dict_type_asks_for_distributed_checkpoints(tmp_path) -> None:
@@ -162,13 +209,18 @@ def test_size_based_wrap_follows_torchs_policy() -> None:
 # --- real runs: 2 gloo processes ---------------------------------------------------------
 
 
+FSDP2_MODES = ("fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size")
+FSDP1_MODES = ("fsdp1", "fsdp1_grad_op", "fsdp1_ckpt", "fsdp1_size")
+
+
 @pytest.fixture(scope="module")
 def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """DDP and FSDP2 (full shard, shard_grad_op, activation checkpointing) runs: per mode, each rank's record."""
+    """DDP, FSDP2 and FSDP1 runs (full shard, shard_grad_op, activation checkpointing, offload, size-based
+    wrapping): per mode, each rank's record."""
     from tests._ddp import run_ranks
 
     out = tmp_path_factory.mktemp("fsdp")
-    modes = ("ddp", "fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size")
+    modes = ("ddp", *FSDP2_MODES, *FSDP1_MODES)
     for mode in modes:
         run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
     runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
@@ -177,10 +229,10 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.ddp
-@pytest.mark.parametrize("mode", ["fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size"])
+@pytest.mark.parametrize("mode", [*FSDP2_MODES, *FSDP1_MODES])
 def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
-    """After 4 steps with GA 2, FSDP2's gathered weights (full shard, shard_grad_op, activation checkpointing,
-    CPU offload, size-based wrapping) equal DDP's within 1e-5."""
+    """After 4 steps with GA 2, the gathered weights under FSDP2 and FSDP1 (full shard, shard_grad_op,
+    activation checkpointing, CPU offload, size-based wrapping) equal DDP's within 1e-5."""
     ddp = fsdp_runs["ddp"][0]["state"]
     for record in fsdp_runs[mode]:
         for name, value in ddp.items():
@@ -189,25 +241,40 @@ def test_fsdp_weights_equal_ddp(fsdp_runs, mode: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.ddp
-def test_fsdp_logs_the_losses_ddp_logs(fsdp_runs) -> None:
-    """The losses logged under FSDP2 equal those logged under DDP."""
-    assert fsdp_runs["fsdp"][0]["losses"] == pytest.approx(fsdp_runs["ddp"][0]["losses"], abs=1e-6)
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp1"])
+def test_fsdp_logs_the_losses_ddp_logs(fsdp_runs, mode: str) -> None:
+    """The losses and gradient norms logged under FSDP2 and FSDP1 equal those logged under DDP."""
+    ddp = fsdp_runs["ddp"][0]
+    assert fsdp_runs[mode][0]["losses"] == pytest.approx(ddp["losses"], abs=1e-6)
+    assert fsdp_runs[mode][0]["grad_norms"] == pytest.approx(ddp["grad_norms"], abs=1e-5)
 
 
 @pytest.mark.slow
 @pytest.mark.ddp
-def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs) -> None:
-    """``save_model()`` after FSDP2 training writes full weights that ``from_pretrained`` loads: DDP's weights."""
+@pytest.mark.parametrize("mode", ["fsdp_ckpt", "fsdp1_ckpt"])
+def test_activation_checkpointing_wraps_the_layers(fsdp_runs, mode: str) -> None:
+    """``activation_checkpointing`` wraps each transformer layer (2 GPT2Blocks) in a checkpoint wrapper."""
+    assert [record["checkpointed_layers"] for record in fsdp_runs[mode]] == [2, 2]
+    assert fsdp_runs["fsdp"][0]["checkpointed_layers"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp1"])
+def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs, mode: str) -> None:
+    """``save_model()`` after FSDP2 or FSDP1 training writes full weights that ``from_pretrained`` loads: DDP's."""
     from transformers import GPT2LMHeadModel
 
-    loaded = GPT2LMHeadModel.from_pretrained(fsdp_runs["folder"] / "fsdp_saved").state_dict()
+    loaded = GPT2LMHeadModel.from_pretrained(fsdp_runs["folder"] / f"{mode}_saved").state_dict()
     for name, value in fsdp_runs["ddp"][0]["state"].items():
         torch.testing.assert_close(loaded[name], value, rtol=0, atol=1e-5, msg=name)
 
 
 @pytest.mark.slow
 @pytest.mark.ddp
-def test_each_rank_holds_half_the_parameters(fsdp_runs) -> None:
-    """Under FSDP2 each rank holds half of the parameter elements DDP holds whole."""
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp1", "fsdp1_grad_op"])
+def test_each_rank_holds_half_the_parameters(fsdp_runs, mode: str) -> None:
+    """Under FSDP2 (its DTensor shards) and FSDP1 (its flat shards) each rank holds half of the parameter
+    elements DDP holds whole."""
     whole = fsdp_runs["ddp"][0]["local_numel"]
-    assert [record["local_numel"] for record in fsdp_runs["fsdp"]] == [whole // 2, whole // 2]
+    assert [record["local_numel"] for record in fsdp_runs[mode]] == [whole // 2, whole // 2]

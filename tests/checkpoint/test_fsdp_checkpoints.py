@@ -1,7 +1,9 @@
-"""Checkpoints under FSDP2 (2 gloo processes): both ``state_dict_type`` layouts, resume, the best model, a kill.
+"""Checkpoints under FSDP2 and FSDP1 (2 gloo processes): both ``state_dict_type`` layouts, resume, the best
+model, a kill.
 
 The runs are ``tests/fsdp_checkpoint_worker.py``: a tiny GPT-2, AdamW, a linear schedule, 4 optimizer
-steps with GA 2 and a checkpoint every 2 steps.
+steps with GA 2 and a checkpoint every 2 steps. The kinds ``full``/``sharded`` run FSDP2, ``full1``/
+``sharded1`` FSDP1.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests._ddp import run_ranks
 from tests.tiny import causal_lm_data, tiny_gpt2
 
 WORKER = "tests/fsdp_checkpoint_worker.py"
+KINDS = ("full", "sharded", "full1", "sharded1")
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
 
 
@@ -39,10 +42,11 @@ def _assert_same_weights(
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Per layout: the uninterrupted run and the run resumed from its checkpoint-2 by new processes."""
+    """Per layout and FSDP version: the uninterrupted run and the run resumed from its checkpoint-2 by new
+    processes."""
     out = tmp_path_factory.mktemp("fsdp_ckpt")
     found: dict[str, Any] = {"out": out}
-    for kind in ("full", "sharded"):
+    for kind in KINDS:
         found[kind] = _run(out, kind, f"{kind}_whole")
         found[f"{kind}_resumed"] = _run(
             out, kind, f"{kind}_resumed", str(out / f"{kind}_whole" / "checkpoint-2")
@@ -50,9 +54,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return found
 
 
-def test_full_state_dict_checkpoint_is_the_single_process_layout(runs) -> None:
+@pytest.mark.parametrize("kind", ["full", "full1"])
+def test_full_state_dict_checkpoint_is_the_single_process_layout(runs, kind: str) -> None:
     """FULL_STATE_DICT: ``model.safetensors`` and an index-keyed ``optimizer.pt``, rank files of both ranks."""
-    folder = runs["out"] / "full_whole" / "checkpoint-2"
+    folder = runs["out"] / f"{kind}_whole" / "checkpoint-2"
     names = set(os.listdir(folder))
     assert {"model.safetensors", "config.json", "optimizer.pt", "scheduler.pt", "trainer_state.json"} <= names
     assert {"rng_state_0.pth", "rng_state_1.pth"} <= names
@@ -65,9 +70,10 @@ def test_full_state_dict_checkpoint_is_the_single_process_layout(runs) -> None:
     assert first.shape == next(model.parameters()).shape and first.abs().sum() > 0
 
 
-def test_sharded_state_dict_checkpoint_has_transformers_folders(runs) -> None:
+@pytest.mark.parametrize("kind", ["sharded", "sharded1"])
+def test_sharded_state_dict_checkpoint_has_transformers_folders(runs, kind: str) -> None:
     """SHARDED_STATE_DICT: ``pytorch_model_fsdp_0/`` and ``optimizer_0/``, one shard file per rank."""
-    folder = runs["out"] / "sharded_whole" / "checkpoint-2"
+    folder = runs["out"] / f"{kind}_whole" / "checkpoint-2"
     names = set(os.listdir(folder))
     assert {
         "pytorch_model_fsdp_0",
@@ -85,7 +91,7 @@ def test_sharded_state_dict_checkpoint_has_transformers_folders(runs) -> None:
     assert is_checkpoint_complete(folder)
 
 
-@pytest.mark.parametrize("kind", ["full", "sharded"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_resume_in_new_processes_gives_the_uninterrupted_weights(runs, kind: str) -> None:
     """Resumed at step 2 by new processes, the run ends with the uninterrupted run's weights and losses."""
     whole, resumed = runs[kind], runs[f"{kind}_resumed"]
@@ -95,24 +101,28 @@ def test_resume_in_new_processes_gives_the_uninterrupted_weights(runs, kind: str
     assert [e["step"] for e in resumed[0]["log_history"] if "loss" in e] == [1, 2, 3, 4]
 
 
-def test_both_layouts_train_alike(runs) -> None:
-    """The layout changes what is written, not what is trained."""
+def test_both_layouts_and_versions_train_alike(runs) -> None:
+    """The layout changes what is written, not what is trained; FSDP1 trains as FSDP2 does (float noise)."""
     _assert_same_weights(runs["full"][0]["state"], runs["sharded"][0]["state"])
+    _assert_same_weights(runs["full1"][0]["state"], runs["sharded1"][0]["state"])
+    _assert_same_weights(runs["full"][0]["state"], runs["full1"][0]["state"], atol=1e-6)
 
 
-def test_sharded_checkpoint_loads_in_one_process(runs) -> None:
+@pytest.mark.parametrize("kind", ["sharded", "sharded1"])
+def test_sharded_checkpoint_loads_in_one_process(runs, kind: str) -> None:
     """A sharded checkpoint's weights load into an unsharded model in a plain process (no process group)."""
     model = tiny_gpt2(seed=9)
-    load_model_weights(model, runs["out"] / "sharded_whole" / "checkpoint-4")
-    _assert_same_weights(runs["sharded"][0]["state"], dict(model.state_dict()))
+    load_model_weights(model, runs["out"] / f"{kind}_whole" / "checkpoint-4")
+    _assert_same_weights(runs[kind][0]["state"], dict(model.state_dict()))
 
 
-def test_full_checkpoint_loads_with_from_pretrained(runs) -> None:
+@pytest.mark.parametrize("kind", ["full", "full1"])
+def test_full_checkpoint_loads_with_from_pretrained(runs, kind: str) -> None:
     """transformers' ``from_pretrained`` loads the checkpoint folder written under FSDP."""
     from transformers import GPT2LMHeadModel
 
-    loaded = GPT2LMHeadModel.from_pretrained(runs["out"] / "full_whole" / "checkpoint-4")
-    _assert_same_weights(runs["full"][0]["state"], dict(loaded.state_dict()))
+    loaded = GPT2LMHeadModel.from_pretrained(runs["out"] / f"{kind}_whole" / "checkpoint-4")
+    _assert_same_weights(runs[kind][0]["state"], dict(loaded.state_dict()))
 
 
 def _one_process_args(cls: type, out: Path) -> Any:
@@ -121,13 +131,16 @@ def _one_process_args(cls: type, out: Path) -> Any:
                logging_steps=1, save_strategy="no")  # fmt: skip
 
 
-def test_full_checkpoint_resumes_in_one_process_as_transformers_resumes_it(runs, tmp_path, caplog) -> None:
+@pytest.mark.parametrize("kind", ["full", "full1"])
+def test_full_checkpoint_resumes_in_one_process_as_transformers_resumes_it(
+    runs, tmp_path, caplog, kind
+) -> None:
     """The FULL_STATE_DICT checkpoint resumes without FSDP, optimizer included, to transformers' weights."""
     import transformers
 
     import hf_lightning
 
-    checkpoint = str(runs["out"] / "full_whole" / "checkpoint-2")
+    checkpoint = str(runs["out"] / f"{kind}_whole" / "checkpoint-2")
     data = causal_lm_data(n=32, seed=5)
     results = []
     for module in (hf_lightning, transformers):
@@ -142,7 +155,7 @@ def test_full_checkpoint_resumes_in_one_process_as_transformers_resumes_it(runs,
     _assert_same_weights(results[1], results[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["full", "sharded"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_load_best_model_at_end_under_fsdp(tmp_path, kind: str) -> None:
     """The model at the end holds the best checkpoint's weights (here the step-2 one), on every rank."""
     records = _run(tmp_path, kind, "best")

@@ -111,7 +111,7 @@ def test_metadata_reader_takes_enum_members_pickled_by_getattr_and_nothing_else(
 
     from torch.distributed.checkpoint.metadata import _MEM_FORMAT_ENCODING
 
-    from hf_lightning.checkpoint.sharded import _MetadataUnpickler
+    from hf_lightning.checkpoint.dcp_reader import _MetadataUnpickler
 
     member = _MetadataUnpickler(io.BytesIO(pickle.dumps(_EnumByGetattr()))).load()
     assert member is _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT

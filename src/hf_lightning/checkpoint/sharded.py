@@ -1,4 +1,4 @@
-"""A sharded model's state (FSDP2's ``DTensor`` parameters) in and out of a checkpoint folder.
+"""A sharded model's state (FSDP2's ``DTensor`` parameters, or FSDP1's flat shards) in and out of a checkpoint folder.
 
 Two layouts, chosen by ``fsdp_config['state_dict_type']``:
 
@@ -16,14 +16,15 @@ Reading never unpickles arbitrary objects: the ``.metadata`` of a distributed ch
 is read by an unpickler that knows only the checkpoint's own metadata classes, and its shards are read
 with ``torch.load(weights_only=True)``. Every function here that takes a sharded model is a
 collective: all processes call it, in the same order.
+
+FSDP2 shards the model in place. FSDP1 wraps it: the engine registers the wrapper with
+:func:`register_fsdp_root`, and every state-dict call here goes through it, so callers keep passing
+the user's model (as transformers keeps ``model`` and ``model_wrapped`` apart).
 """
 
 from __future__ import annotations
 
-import enum
-import io
 import os
-import pickle
 import warnings
 from collections.abc import Mapping
 from typing import Any, cast
@@ -31,12 +32,14 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from hf_lightning.checkpoint.io import CheckpointError
+from hf_lightning.checkpoint.dcp_reader import METADATA as _METADATA
+from hf_lightning.checkpoint.dcp_reader import dcp_load as _dcp_load
 
 __all__ = [
     "FSDP_MODEL_DIR",
     "FSDP_OPTIMIZER_DIR",
     "OPTIMIZER_BIN_NAME",
+    "fsdp_root",
     "gathered_model_state",
     "gathered_optimizer_state",
     "has_sharded_weights",
@@ -47,6 +50,7 @@ __all__ = [
     "load_indexed_optimizer_state",
     "load_optimizer_state",
     "load_sharded_model",
+    "register_fsdp_root",
     "save_sharded_state",
     "sharded_save_options",
 ]
@@ -55,12 +59,51 @@ FSDP_MODEL_DIR = "pytorch_model_fsdp_0"
 FSDP_OPTIMIZER_DIR = "optimizer_0"
 OPTIMIZER_BIN_NAME = "optimizer.bin"
 """Accelerate's full optimizer state under FSDP (keyed by parameter name); read on resume."""
-_METADATA = ".metadata"
+
+_ROOT_KEY = "_hf_lightning_fsdp_root"
+
+
+class _RootRef:
+    """The FSDP1 wrapper of a model, kept in the model's ``__dict__`` (not a submodule); a copy or a pickle
+    of the model does not take it along."""
+
+    def __init__(self, root: nn.Module | None) -> None:
+        self.root = root
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _RootRef:
+        return _RootRef(None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_RootRef, (None,))
+
+
+def register_fsdp_root(model: nn.Module, root: nn.Module) -> None:
+    """Record ``root``, FSDP1's ``FullyShardedDataParallel`` around ``model``, for the functions here."""
+    model.__dict__[_ROOT_KEY] = _RootRef(root)
+
+
+def fsdp_root(model: nn.Module) -> nn.Module | None:
+    """The FSDP1 wrapper registered for ``model``, if any."""
+    ref = model.__dict__.get(_ROOT_KEY)
+    return ref.root if ref is not None else None
+
+
+def _root(model: nn.Module) -> nn.Module:
+    """What the state-dict functions take: FSDP1's wrapper of ``model``, else ``model`` itself."""
+    return fsdp_root(model) or model
 
 
 def is_sharded(model: nn.Module) -> bool:
-    """Whether ``model`` holds FSDP2's sharded (``DTensor``) parameters."""
+    """Whether ``model`` is sharded by FSDP: FSDP2's ``DTensor`` parameters, or an FSDP1 wrapper registered."""
+    if fsdp_root(model) is not None:
+        return True
     return any(callable(getattr(param, "full_tensor", None)) for param in model.parameters())
+
+
+def _offload(model: nn.Module) -> bool:
+    """Whether a rank-0-only gather may offload to the CPU: FSDP1's offload of CPU tensors crashes
+    (torch 2.13, a segmentation fault), so on the CPU every process gathers in place."""
+    return fsdp_root(model) is None or any(param.is_cuda for param in model.parameters())
 
 
 def _zero3(model: nn.Module) -> bool:
@@ -97,6 +140,13 @@ def gathered_model_state(model: nn.Module, *, everywhere: bool = True) -> dict[s
 
         with deepspeed.zero.GatheredParameters(list(model.parameters())):
             return {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
+    if fsdp_root(model) is not None:  # FSDP1: FULL_STATE_DICT through the wrapper
+        offload = not everywhere and _offload(model)
+        state = cast(
+            dict[str, torch.Tensor],
+            get_model_state_dict(_root(model), options=_options(full_state_dict=True, cpu_offload=offload)),
+        )
+        return {name: value.detach().cpu() for name, value in state.items()}  # (on the CPU: every process)
     if everywhere:
         return {
             name: (value.full_tensor() if callable(getattr(value, "full_tensor", None)) else value)
@@ -110,9 +160,19 @@ def gathered_model_state(model: nn.Module, *, everywhere: bool = True) -> dict[s
     )
 
 
+_WRAPPERS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
+
+
+def _clean(name: str) -> str:
+    """A parameter's name without the wrappers' segments (as the state-dict functions name it)."""
+    for segment in _WRAPPERS:
+        name = name.replace(segment, "")
+    return name
+
+
 def _names_in_order(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
     """The name of each parameter the optimizer holds, in its ``state_dict`` index order."""
-    names = {id(param): name for name, param in model.named_parameters()}
+    names = {id(param): _clean(name) for name, param in model.named_parameters()}
     order = []
     for group in optimizer.param_groups:
         for param in group["params"]:
@@ -153,8 +213,9 @@ def gathered_optimizer_state(
     """The full optimizer state of a sharded model, keyed by index (what ``optimizer.pt`` holds)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
+    offload = not everywhere and _offload(model)
     state = get_optimizer_state_dict(
-        model, optimizer, options=_options(full_state_dict=True, cpu_offload=not everywhere)
+        _root(model), optimizer, options=_options(full_state_dict=True, cpu_offload=offload)
     )
     return _indexed(state) if state else {}
 
@@ -167,101 +228,20 @@ def save_sharded_state(folder: str, model: nn.Module, optimizer: torch.optim.Opt
     single = not _distributed()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*assuming the intent is to")  # one process: intended
-        model_state = {"model": get_model_state_dict(model)}
+        model_state = {"model": get_model_state_dict(_root(model))}
         dcp.save(model_state, checkpoint_id=os.path.join(folder, FSDP_MODEL_DIR), no_dist=single)
         if optimizer is not None:
-            state = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+            state = {"optimizer": get_optimizer_state_dict(_root(model), optimizer)}
             dcp.save(state, checkpoint_id=os.path.join(folder, FSDP_OPTIMIZER_DIR), no_dist=single)
-
-
-_ALLOWED_METADATA = {
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("collections", "OrderedDict"),
-}
-
-
-def _enum_member(cls: Any, name: str) -> Any:
-    """``getattr`` as some Python versions pickle an enum member, limited to that: a public member of an
-    ``Enum`` class (which the unpickler only gets from the allowed modules)."""
-    if (
-        isinstance(cls, type)
-        and issubclass(cls, enum.Enum)
-        and not name.startswith("_")
-        and name in cls.__members__
-    ):
-        return cls[name]
-    raise pickle.UnpicklingError(f"`getattr({cls!r}, {name!r})` is not part of a checkpoint's metadata")
-
-
-class _MetadataUnpickler(pickle.Unpickler):
-    """Only the classes a distributed checkpoint's ``.metadata`` is made of; anything else is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == ("builtins", "getattr"):
-            return _enum_member  # Python 3.11.2 pickles `_MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT` so
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if module == "torch.distributed.checkpoint.metadata" or (module, name) in _ALLOWED_METADATA:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"`{module}.{name}` is not part of a checkpoint's metadata")
-
-
-def _reader(path: str) -> Any:
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.metadata import StorageMeta
-
-    class SafeReader(FileSystemReader):
-        """``FileSystemReader`` whose ``.metadata`` is read by :class:`_MetadataUnpickler`."""
-
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
-            file = os.path.join(path, _METADATA)
-            try:
-                with open(file, "rb") as handle:
-                    metadata = _MetadataUnpickler(io.BytesIO(handle.read())).load()
-            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
-                raise CheckpointError(
-                    f"`{file}` is not a readable checkpoint metadata file: {exc}", file
-                ) from exc
-            if getattr(metadata, "storage_meta", None) is None:
-                metadata.storage_meta = StorageMeta()
-            metadata.storage_meta.load_id = self.load_id
-            return metadata
-
-    return SafeReader(path)
-
-
-def _dcp_load(state: dict[str, Any], path: str) -> None:
-    import torch.distributed.checkpoint as dcp
-
-    if not os.path.isfile(os.path.join(path, _METADATA)):
-        raise CheckpointError(f"`{path}` is not a distributed checkpoint (it has no {_METADATA})", path)
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    reader = _reader(path)
-    reader.read_metadata()  # a foreign or damaged .metadata is named here, before DCP wraps the error
-    single = not _distributed()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*assuming the intent is to")  # one process: intended
-            dcp.load(state, storage_reader=reader, no_dist=single)  # one process reads every shard
-    except (Exception, CheckpointException) as exc:  # DCP wraps each rank's failure (a BaseException)
-        detail = str(exc).strip().splitlines()[-1]
-        raise CheckpointError(
-            f"The distributed checkpoint `{path}` could not be loaded: {detail}", path
-        ) from exc
 
 
 def load_sharded_model(model: nn.Module, folder: str | os.PathLike[str]) -> None:
     """Load ``folder/pytorch_model_fsdp_0`` into ``model``, sharded or not (a model missing a key is refused)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-    state = {"model": get_model_state_dict(model)}
+    state = {"model": get_model_state_dict(_root(model))}
     _dcp_load(state, os.path.join(os.fspath(folder), FSDP_MODEL_DIR))
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(_root(model), state["model"])
 
 
 def load_full_model_state(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
@@ -275,7 +255,7 @@ def load_full_model_state(model: nn.Module, state_dict: Mapping[str, torch.Tenso
             twin = next((other for other, p in params.items() if p is param and other in complete), None)
             if twin is not None:
                 complete[name] = complete[twin]
-    set_model_state_dict(model, cast(Any, complete), options=_options(full_state_dict=True))
+    set_model_state_dict(_root(model), cast(Any, complete), options=_options(full_state_dict=True))
 
 
 def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str) -> str | None:
@@ -288,16 +268,17 @@ def load_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, fol
     sharded = is_sharded(model)
     directory = os.path.join(folder, FSDP_OPTIMIZER_DIR)
     if os.path.isdir(directory):
-        state = {"optimizer": get_optimizer_state_dict(model, optimizer)}  # a template: shapes and names
+        root = _root(model)
+        state = {"optimizer": get_optimizer_state_dict(root, optimizer)}  # a template: shapes and names
         _dcp_load(state, directory)
-        set_optimizer_state_dict(model, optimizer, state["optimizer"])
+        set_optimizer_state_dict(root, optimizer, state["optimizer"])
         return FSDP_OPTIMIZER_DIR
     path = os.path.join(folder, OPTIMIZER_BIN_NAME)
     if os.path.isfile(path):
         from hf_lightning.checkpoint.io import safe_torch_load
 
         state = safe_torch_load(path, map_location="cpu")
-        set_optimizer_state_dict(model, optimizer, state, options=_options(full_state_dict=sharded))
+        set_optimizer_state_dict(_root(model), optimizer, state, options=_options(full_state_dict=sharded))
         return OPTIMIZER_BIN_NAME
     return None
 
@@ -309,7 +290,7 @@ def load_indexed_optimizer_state(
     from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
     by_name = _by_name(indexed, _names_in_order(model, optimizer))
-    set_optimizer_state_dict(model, optimizer, by_name, options=_options(full_state_dict=True))
+    set_optimizer_state_dict(_root(model), optimizer, by_name, options=_options(full_state_dict=True))
 
 
 def sharded_save_options(model: nn.Module, optimizer: Any, args: Any) -> dict[str, Any]:
