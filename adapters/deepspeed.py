@@ -171,8 +171,6 @@ class DeepSpeedSettings:
     stage: int
     cpu: bool
     """DeepSpeed's CPU accelerator (``use_cpu``, or no CUDA device)."""
-    saves_checkpoints: bool
-    """Whether the run saves checkpoints (``save_strategy``, ``load_best_model_at_end``): not yet under DeepSpeed."""
 
     def describe(self, backend: str | None) -> str:
         kind = "CPU (gloo)" if self.cpu else "CUDA"
@@ -184,10 +182,7 @@ def deepspeed_settings(args: Any, world_size: int, *, cpu: bool) -> DeepSpeedSet
     if not args.deepspeed:
         return None
     config = fill_deepspeed_config(args, world_size=world_size)
-    saves = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no" or bool(
-        args.load_best_model_at_end
-    )
-    return DeepSpeedSettings(config=config, stage=zero_stage(config), cpu=cpu, saves_checkpoints=saves)
+    return DeepSpeedSettings(config=config, stage=zero_stage(config), cpu=cpu)
 
 
 def engine_config(args: Any, *, world_size: int, model: Any, num_training_steps: int) -> dict[str, Any]:

@@ -6,7 +6,8 @@ DeepSpeed's engine owns the backward (``manual_backward`` goes through Lightning
 module does not clip again and reads the norm DeepSpeed computed, as transformers does
 (``get_global_grad_norm``). The Trainer's accumulation windows accumulate: each micro-batch's backward
 tells the engine whether it ends the window (``set_gradient_accumulation_boundary``), and the engine
-steps once per window, a short last window included.
+steps once per window, a short last window included. Checkpoints hold the engine's own folder
+(``checkpoint/deepspeed_state.py``), registered and read back here once the engine exists.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from hf_lightning.adapters.module import HFModule
+from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state, register_deepspeed_engine
 
 __all__ = ["DeepSpeedModule"]
 
@@ -43,6 +45,13 @@ class DeepSpeedModule(HFModule):
             start()
         kwargs.setdefault("scale_wrt_gas", False)
         super().manual_backward(loss, *args, **kwargs)
+
+    def on_train_start(self) -> None:
+        """The engine exists now: register it for checkpoints, and read the DeepSpeed state of a resume."""
+        engine: Any = self.trainer.strategy.model
+        register_deepspeed_engine(self.model, engine)
+        load_pending_deepspeed_state(self.model, engine)
+        super().on_train_start()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.driver.on_pre_optimizer_step()  # DeepSpeed clips inside engine.step()

@@ -76,11 +76,6 @@ def _module_class(plan: Any) -> type[HFModule]:
     """``HFModule``, or its FSDP or DeepSpeed form."""
     deepspeed = plan.distributed.deepspeed
     if deepspeed is not None:
-        if deepspeed.saves_checkpoints:
-            raise NotImplementedError(
-                "Checkpoints under `deepspeed` are not supported by hf_lightning yet: set `save_strategy='no'` "
-                "and `load_best_model_at_end=False` (see docs/distributed.md)"
-            )
         from hf_lightning.adapters.deepspeed_module import DeepSpeedModule
 
         return DeepSpeedModule

@@ -3,7 +3,8 @@
 ``python tests/fsdp_checkpoint_worker.py OUT KIND RUN [RESUME_FROM]``:
 
 - ``KIND``: ``full`` (``FULL_STATE_DICT``) or ``sharded`` (``SHARDED_STATE_DICT``) under FSDP2;
-  ``full1`` / ``sharded1`` the same under FSDP1 (``fsdp_config['version'] = 1``);
+  ``full1`` / ``sharded1`` the same under FSDP1 (``fsdp_config['version'] = 1``); ``zero2`` / ``zero3``
+  DeepSpeed ZeRO-2 / ZeRO-3 instead of FSDP;
 - ``RUN``: the name of the run (its ``output_dir`` is ``OUT/RUN``); ``best`` also evaluates every 2 steps
   and loads the best model at the end; ``kill`` SIGKILLs rank 1 while it writes its shard of step 4.
 
@@ -42,13 +43,30 @@ def _kill_rank_one_in_save() -> None:
     FileSystemWriter.write_data = write_data  # type: ignore[method-assign]
 
 
+def _zero_config(stage: int) -> dict:
+    return {
+        "zero_optimization": {"stage": stage},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+    }
+
+
 def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
     from hf_lightning import Trainer, TrainingArguments
     from hf_lightning.checkpoint.sharded import gathered_model_state
 
-    state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind.rstrip("1")]
-    version = 1 if kind.endswith("1") else 2
     best = run.startswith("best")
+    if kind.startswith("zero"):
+        sharding: dict = {"deepspeed": _zero_config(int(kind[-1]))}
+    else:
+        state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind.rstrip("1")]
+        layers = {"transformer_layer_cls_to_wrap": ["GPT2Block"], "state_dict_type": state_dict_type}
+        sharding = {
+            "fsdp": "full_shard auto_wrap",
+            "fsdp_config": {**layers, "version": 1 if kind.endswith("1") else 2},
+        }
     args = TrainingArguments(
         os.path.join(out_dir, run),
         use_cpu=True,
@@ -69,12 +87,7 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
         load_best_model_at_end=best,
         metric_for_best_model="eval_loss" if best else None,
         greater_is_better=True if best else None,  # the step-2 checkpoint is the best: not the last one
-        fsdp="full_shard auto_wrap",
-        fsdp_config={
-            "transformer_layer_cls_to_wrap": ["GPT2Block"],
-            "state_dict_type": state_dict_type,
-            "version": version,
-        },
+        **sharding,
     )
     if run.startswith("kill") and os.environ["RANK"] == "1":
         _kill_rank_one_in_save()
@@ -82,7 +95,7 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
     data = causal_lm_data(n=32, seed=5)
     trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8] if best else None)
     trainer.train(resume_from_checkpoint=resume)
-    full = gathered_model_state(model)  # FSDP2's DTensors or FSDP1's flat shards, gathered
+    full = gathered_model_state(model)  # FSDP2's DTensors, FSDP1's flat shards or ZeRO-3's partitions
     return {
         "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "state": full,

@@ -169,15 +169,10 @@ def test_deepspeed_optimizer_or_scheduler_section_is_refused_by_name(tmp_path, s
         engine_config(args, world_size=1, model=tiny_gpt2(), num_training_steps=STEPS)
 
 
-def test_checkpoints_under_deepspeed_are_refused_by_name(tmp_path) -> None:
-    """Saving checkpoints under DeepSpeed is not wired yet: the fit refuses, naming save_strategy."""
+def test_deepspeed_runs_train_with_checkpoints(tmp_path) -> None:
+    """Checkpoints under DeepSpeed are written (transformers' layout): the fit takes DeepSpeedModule with them."""
     from hf_lightning.adapters.fit import _module_class
     from hf_lightning.adapters.plan import to_lightning
 
     plan = to_lightning(TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2}}))
-    with pytest.raises(NotImplementedError, match="save_strategy='no'"):
-        _module_class(plan)
-    plan = to_lightning(
-        TrainingArguments(str(tmp_path), save_strategy="no", deepspeed={"zero_optimization": {"stage": 2}})
-    )
     assert _module_class(plan).__name__ == "DeepSpeedModule"

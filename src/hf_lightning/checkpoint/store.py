@@ -211,9 +211,10 @@ def _begin_staging(staging: str, global_step: int) -> None:
 
 
 def _write_main_files(staging: str, options: dict[str, Any]) -> None:
-    sharded = options["sharded_writer"] is not None  # the model and optimizer are in their shard folders
+    sharded = options["sharded_writer"] is not None  # the optimizer (and model) are in the writer's folders
+    weights = not sharded or options["model_state_dict"] is not None  # DeepSpeed: full weights beside them
     save_model(options["model"], staging, processing_class=options["processing_class"], args=options["args"],
-               state_dict=options["model_state_dict"], weights=not sharded)  # fmt: skip
+               state_dict=options["model_state_dict"], weights=weights)  # fmt: skip
     if not options["save_only_model"]:
         for name, holder in (
             (OPTIMIZER_NAME, "optimizer"),
@@ -287,13 +288,13 @@ def save_checkpoint(
     folder is not resumable (see :func:`is_checkpoint_complete`). ``save_only_model`` writes neither
     optimizer, scheduler, scaler nor RNG files. ``extra_files`` maps plain file names to bytes, text, or a
     callable that writes the given path; they are published together with the rest. Saving the same step
-    again replaces the previous folder. With ``world_size > 1`` see "Several processes" in the module
-    docstring for the roles of ``is_main_process``, ``process_index`` and ``barrier``.
+    again replaces the previous folder. ``world_size > 1``: see "Several processes" in the module docstring.
 
     A sharded model (``hf_lightning.checkpoint.sharded``): ``model_state_dict`` and ``optimizer_state_dict``
     are its gathered full states, written by the main process instead of the objects' own; or
-    ``sharded_writer(staging)``, called on every process between the barriers, writes each process's
-    shards into the staging folder, so the folder is published only after every rank finished.
+    ``sharded_writer(staging)``, called on every process between the barriers, writes each process's shards
+    (FSDP's folders, DeepSpeed's ``global_step{N}/``: no ``optimizer.pt`` then, and weights only if
+    ``model_state_dict`` is given), so the folder is published only after every rank finished.
     """
     _check_save_call(global_step, process_index, world_size)
     final = checkpoint_path(output_dir, global_step)

@@ -27,6 +27,7 @@ from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_t
 from hf_lightning.checkpoint.sharded import (
     has_sharded_weights,
     is_sharded,
+    needs_gathering,
     load_full_model_state,
     load_sharded_model,
 )
@@ -198,6 +199,15 @@ def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict:
     """
     folder = os.fspath(folder)
     model = unwrap_model(model)
+    if needs_gathering(model) and not is_sharded(model):  # DeepSpeed ZeRO-3: into the gathered parameters
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
+            return _load_plain(model, folder, strict)
+    return _load_plain(model, folder, strict)
+
+
+def _load_plain(model: nn.Module, folder: str, strict: bool) -> Any:
     if not any(
         os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES
     ) and has_sharded_weights(folder):

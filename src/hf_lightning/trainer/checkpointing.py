@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
 from hf_lightning.callbacks import ExportableState, TrainerControl
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
+from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
@@ -174,7 +175,10 @@ class CheckpointPolicy:
         index, world, is_saver = self.process_layout()
         if is_saver:
             logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
-        sharding = sharded_save_options(t.model, None if args.save_only_model else t.optimizer, args)
+        optimizer = None if args.save_only_model else t.optimizer
+        sharding = sharded_save_options(t.model, optimizer, args) or deepspeed_save_options(
+            t.model, optimizer, everywhere=bool(args.save_on_each_node)
+        )
 
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
@@ -299,9 +303,13 @@ class CheckpointPolicy:
         if checkpoint is None:
             return
         t = self.trainer
+        if t.args.deepspeed:  # the engine reads its own folder once built (checkpoint/deepspeed_state.py)
+            request_deepspeed_resume(t.model, checkpoint)
         has = [os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME)]
         optimizer_pt = os.path.join(checkpoint, OPTIMIZER_NAME) if has[0] else None
-        loaded = load_fsdp_optimizer(t.model, t.optimizer, checkpoint, optimizer_pt=optimizer_pt)
+        loaded = bool(t.args.deepspeed) or load_fsdp_optimizer(
+            t.model, t.optimizer, checkpoint, optimizer_pt=optimizer_pt
+        )
         has[0] = has[0] or loaded
         if all(has):
             # the engine moves it (under FSDP, onto the shards: adapters/fsdp_module.py)
