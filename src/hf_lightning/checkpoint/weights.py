@@ -27,9 +27,9 @@ from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_t
 from hf_lightning.checkpoint.sharded import (
     has_sharded_weights,
     is_sharded,
-    needs_gathering,
     load_full_model_state,
     load_sharded_model,
+    needs_gathering,
 )
 
 __all__ = [
