@@ -189,19 +189,17 @@ def engine_config(args: Any, *, world_size: int, model: Any, num_training_steps:
     """The configuration handed to DeepSpeed for a ``Trainer`` run: filled, then shaped for Lightning.
 
     The Trainer's optimizer and scheduler train (``zero_allow_untested_optimizer``, as transformers sets
-    it for a client optimizer). The Trainer's accumulation windows accumulate: Lightning's strategy sets
+    it for a client optimizer); an ``optimizer``/``scheduler`` section was built into them by the Trainer
+    (``adapters/deepspeed_sections.py``), so it is not passed on. The Trainer's accumulation windows accumulate: Lightning's strategy sets
     DeepSpeed's ``gradient_accumulation_steps`` from its own ``accumulate_grad_batches`` (1), so the
     checked ``gradient_accumulation_steps`` and ``train_batch_size`` are not passed on.
     """
     config = fill_deepspeed_config(
         args, world_size=world_size, model=model, num_training_steps=num_training_steps
     )
-    for section, arguments in (("optimizer", "`optim`"), ("scheduler", "`lr_scheduler_type`")):
-        if section in config:
-            raise NotImplementedError(
-                f"`TrainingArguments(deepspeed=...)` with a DeepSpeed `{section}` section is not supported by "
-                f"hf_lightning yet; remove the section to train with the Trainer's {section} ({arguments})"
-            )
+    for section in ("optimizer", "scheduler"):  # built by the Trainer from the section: deepspeed_sections.py
+        config.pop(section, None)
+    config.setdefault("gradient_clipping", 1.0)  # as transformers' Accelerate sets it when the key is absent
     return for_lightning(config)
 
 

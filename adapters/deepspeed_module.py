@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from hf_lightning.adapters.deepspeed_sections import has_section
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state, register_deepspeed_engine
 
@@ -26,6 +27,7 @@ class DeepSpeedModule(HFModule):
     """:class:`HFModule` whose backward, clipping and update are DeepSpeed's."""
 
     _backwards = 0
+    _engine_steps_schedule = False
     drives_deepspeed = True
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
@@ -51,7 +53,18 @@ class DeepSpeedModule(HFModule):
         engine: Any = self.trainer.strategy.model
         register_deepspeed_engine(self.model, engine)
         load_pending_deepspeed_state(self.model, engine)
+        self._engine_steps_schedule = has_section(self.args, "optimizer") or has_section(
+            self.args, "scheduler"
+        )
         super().on_train_start()
+
+    def step_scheduler(self) -> float:
+        """With an ``optimizer`` or ``scheduler`` section transformers lets the engine step the schedule
+        inside its step, so the rate it logs is the one after the update's step, as here."""
+        if not self._engine_steps_schedule:
+            return super().step_scheduler()
+        super().step_scheduler()
+        return self.current_learning_rate()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self.driver.on_pre_optimizer_step()  # DeepSpeed clips inside engine.step()

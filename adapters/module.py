@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from hf_lightning.adapters.module_checks import (
+    batch_rows,
     check_engine_module,
     check_eval_labels,
     check_windows_are_sharded,
@@ -236,9 +237,7 @@ class HFModule(L.LightningModule):
         optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
         self.after_optimizer_step()
         self.driver.on_optimizer_step()
-        learning_rate = self.current_learning_rate()
-        if steps_per_update(self.hf_lr_scheduler):
-            self.hf_lr_scheduler.step()
+        learning_rate = self.step_scheduler()
         for param in self._optimized_parameters():  # model.zero_grad(), without walking the module tree
             param.grad = None
         self.driver.on_step_end(self.last_grad_norm, learning_rate)
@@ -305,7 +304,7 @@ class HFModule(L.LightningModule):
         for inputs in window:
             check_eval_labels(inputs, name.split("_")[0])
             losses.append(compute_model_loss(self.train_model, inputs, self.loss_settings).detach().float())
-            rows.append(_batch_rows(inputs))
+            rows.append(batch_rows(inputs))
         weights = torch.tensor(rows, dtype=torch.float32, device=losses[0].device)
         loss = (torch.stack(losses) * weights).sum() / weights.sum()
         self.log(
@@ -320,6 +319,13 @@ class HFModule(L.LightningModule):
 
     def after_optimizer_step(self) -> None:
         """Called right after each optimizer step (an engine that clips inside its step reads the norm here)."""
+
+    def step_scheduler(self) -> float:
+        """Step the scheduler once per update; return the learning rate to log (the one the update used)."""
+        learning_rate = self.current_learning_rate()
+        if steps_per_update(self.hf_lr_scheduler):
+            self.hf_lr_scheduler.step()
+        return learning_rate
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm
@@ -389,11 +395,3 @@ HFModule.transfer_batch_to_device.__wrapped__ = L.LightningModule.transfer_batch
 # Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);
 # computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).
 HFModule.training_step.__signature__ = inspect.signature(HFModule.training_step)  # type: ignore[attr-defined]
-
-
-def _batch_rows(inputs: Mapping[str, Any]) -> int:
-    """The number of samples in a batch: the first dimension of its first tensor (1 if none)."""
-    for value in inputs.values():
-        if isinstance(value, torch.Tensor) and value.dim() > 0:
-            return int(value.shape[0])
-    return 1

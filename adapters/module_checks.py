@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 from hf_lightning.adapters.windows import AccumulationWindows
 from hf_lightning.loss import IGNORE_INDEX
 
-__all__ = ["check_eval_labels", "check_windows_are_sharded", "refuse_lightning_accumulation"]
+__all__ = ["batch_rows", "check_eval_labels", "check_windows_are_sharded", "refuse_lightning_accumulation"]
 
 
 def refuse_lightning_accumulation(trainer: Any) -> None:
@@ -93,3 +93,11 @@ def check_eval_labels(inputs: Mapping[str, Any], stage: str) -> None:
             "Drop the `labels` column (e.g. `dataset.remove_columns('labels')`) to run without a loss, or "
             "call `trainer.predict` for the model's outputs"
         )
+
+
+def batch_rows(inputs: Mapping[str, Any]) -> int:
+    """The number of samples in a batch: the first dimension of its first tensor (1 if none)."""
+    for value in inputs.values():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    return 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 import transformers
 from accelerate.utils.deepspeed import HfDeepSpeedConfig as AccelerateConfig
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
@@ -158,15 +159,76 @@ def test_engine_config_trains_with_the_trainers_optimizer(tmp_path) -> None:
     assert filled["zero_optimization"]["stage"] == 2
 
 
-@pytest.mark.parametrize("section", ["optimizer", "scheduler"])
-def test_deepspeed_optimizer_or_scheduler_section_is_refused_by_name(tmp_path, section: str) -> None:
-    """A DeepSpeed-built optimizer or scheduler is not wired yet: NotImplementedError naming the section."""
+def test_sections_are_built_by_the_trainer_not_passed_to_the_engine(tmp_path) -> None:
+    """The ``optimizer``/``scheduler`` sections become the Trainer's objects; the engine config has neither,
+    and without a ``gradient_clipping`` key it clips at 1.0, as transformers (Accelerate) sets it."""
     from hf_lightning.adapters.deepspeed import engine_config
 
-    config = {"zero_optimization": {"stage": 2}, section: {"type": "AdamW", "params": {}}}
+    config = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}  # fmt: skip
     args = TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)
-    with pytest.raises(NotImplementedError, match=f"DeepSpeed `{section}` section"):
-        engine_config(args, world_size=1, model=tiny_gpt2(), num_training_steps=STEPS)
+    filled = engine_config(args, world_size=1, model=tiny_gpt2(), num_training_steps=STEPS)
+    assert "optimizer" not in filled and "scheduler" not in filled
+    assert filled["gradient_clipping"] == 1.0
+
+
+def test_section_optimizer_is_adamw_over_every_trainable_parameter(tmp_path) -> None:
+    """An AdamW section: torch's AdamW, the filled lr/betas/eps/weight decay, one group as DeepSpeed builds it;
+    ``Adam`` with ``adam_w_mode: false`` is torch's Adam."""
+    from hf_lightning.adapters.deepspeed_sections import section_optimizer
+
+    auto = {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}
+    model = tiny_gpt2()
+    args = TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2},
+                             "optimizer": {"type": "AdamW", "params": auto}}, **ARGUMENTS)  # fmt: skip
+    optimizer = section_optimizer(args, model)
+    assert type(optimizer) is torch.optim.AdamW and len(optimizer.param_groups) == 1
+    group = optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (
+        args.learning_rate, (args.adam_beta1, args.adam_beta2), args.adam_epsilon, args.weight_decay)  # fmt: skip
+    assert len(group["params"]) == len(list(model.parameters()))
+    plain = {
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "Adam", "params": {"adam_w_mode": False}},
+    }
+    args = TrainingArguments(str(tmp_path), deepspeed=plain, **ARGUMENTS)
+    assert type(section_optimizer(args, model)) is torch.optim.Adam
+
+
+@pytest.mark.parametrize(
+    ("section", "named"),
+    [
+        ({"optimizer": {"type": "Lamb", "params": {}}}, "'Lamb'"),
+        ({"optimizer": {"type": "AdamW", "params": {"bias_correction": False}}}, "bias_correction"),
+        ({"scheduler": {"type": "CosineWithRestarts", "params": {}}}, "WarmupDecayLR"),
+    ],
+)
+def test_sections_not_built_here_are_refused_by_name(tmp_path, section, named) -> None:
+    """A section type or parameter not built here raises NotImplementedError naming it and the choices."""
+    from hf_lightning.adapters.deepspeed_sections import section_optimizer, section_scheduler
+
+    args = TrainingArguments(
+        str(tmp_path), deepspeed={"zero_optimization": {"stage": 2}, **section}, **ARGUMENTS
+    )
+    model = tiny_gpt2()
+    with pytest.raises(NotImplementedError, match=named):
+        optimizer = section_optimizer(args, model) or torch.optim.SGD(model.parameters(), lr=0.1)
+        section_scheduler(args, optimizer, STEPS, model)
+
+
+def test_section_scheduler_is_deepspeeds_class_with_filled_values(tmp_path) -> None:
+    """A WarmupLR section is DeepSpeed's WarmupLR with the warmup steps and peak rate of the arguments."""
+    from deepspeed.runtime.lr_schedules import WarmupLR
+
+    from hf_lightning.adapters.deepspeed_sections import section_scheduler
+
+    config = {"zero_optimization": {"stage": 2}, "scheduler": {"type": "WarmupLR", "params": {
+        "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto", "warmup_type": "linear"}}}  # fmt: skip
+    args = TrainingArguments(str(tmp_path), deepspeed=config, **{**ARGUMENTS, "warmup_steps": 3})
+    model = tiny_gpt2()
+    scheduler = section_scheduler(args, torch.optim.SGD(model.parameters(), lr=1.0), STEPS, model)
+    assert isinstance(scheduler, WarmupLR)
+    assert scheduler.warmup_num_steps == 3 and scheduler.max_lrs == [args.learning_rate]
 
 
 def test_deepspeed_runs_train_with_checkpoints(tmp_path) -> None:

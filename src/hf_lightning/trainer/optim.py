@@ -36,23 +36,33 @@ class OptimizerSetup:
             self.trainer.lr_scheduler, self.created_lr_scheduler = None, False
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
-        """``Trainer.create_optimizer``: the optimizer of ``args.optim`` (two weight-decay groups)."""
+        """``Trainer.create_optimizer``: the optimizer of ``args.optim`` (two weight-decay groups), or of a
+        DeepSpeed configuration's ``optimizer`` section."""
         t = self.trainer
         if t.optimizer is None:
             target = model if model is not None else t.model
-            t.optimizer = _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
+            from hf_lightning.adapters.deepspeed_sections import section_optimizer
+
+            section = section_optimizer(
+                t.args, target
+            )  # a DeepSpeed `optimizer` section, as DeepSpeed builds it
+            t.optimizer = section or _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
         return t.optimizer
 
     def create_scheduler(
         self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None
     ) -> Any:
-        """``Trainer.create_scheduler``: the scheduler of ``args.lr_scheduler_type``."""
+        """``Trainer.create_scheduler``: the scheduler of ``args.lr_scheduler_type``, or DeepSpeed's of a
+        configuration's ``scheduler`` section."""
         t = self.trainer
         if t.lr_scheduler is None:
-            t.lr_scheduler = (
+            from hf_lightning.adapters.deepspeed_sections import section_scheduler
+
+            optimizer = t.optimizer if optimizer is None else optimizer
+            t.lr_scheduler = section_scheduler(t.args, optimizer, num_training_steps, t.model) or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
                     t.args.lr_scheduler_type,
-                    optimizer=t.optimizer if optimizer is None else optimizer,
+                    optimizer=optimizer,
                     num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
                     num_training_steps=num_training_steps,
                     scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},

@@ -1,0 +1,103 @@
+"""A DeepSpeed configuration's ``optimizer`` and ``scheduler`` sections, built as DeepSpeed builds them.
+
+In transformers DeepSpeed builds both from the configuration, with their ``"auto"`` values filled from
+the arguments (``adapters/deepspeed.py``). Here the filled sections are built into the same objects
+and handed to DeepSpeed as the Trainer's client optimizer and scheduler: ``trainer.optimizer``,
+``trainer.lr_scheduler``, ``scheduler.pt`` and the resume keep working as they do for the Trainer's
+own, and the engine steps exactly what it would have built.
+
+- ``optimizer``: ``AdamW``, and ``Adam`` with DeepSpeed's default ``adam_w_mode`` (decoupled weight
+  decay), are torch's ``AdamW``; ``Adam`` with ``adam_w_mode: false`` is torch's ``Adam`` (L2 decay).
+  As DeepSpeed builds it, one parameter group holds every trainable parameter, weight decay included.
+  (On a GPU DeepSpeed would pick its fused kernel of the same update.) Other types are refused by name.
+- ``scheduler``: DeepSpeed's own class (``WarmupLR``, ``WarmupDecayLR``, ``WarmupCosineLR``,
+  ``OneCycle``, ``LRRangeTest``) over that optimizer, stepped once per update as the engine steps it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["has_section", "section_optimizer", "section_scheduler"]
+
+_ADAM_PARAMS = {
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "amsgrad",
+    "adam_w_mode",
+    "torch_adam",
+    "bias_correction",
+}
+_SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest")
+
+
+def _filled(args: Any, model: nn.Module | None, num_training_steps: int | None) -> dict[str, Any]:
+    from hf_lightning.adapters.deepspeed import fill_deepspeed_config
+
+    return fill_deepspeed_config(
+        args, world_size=max(int(args.world_size), 1), model=model, num_training_steps=num_training_steps
+    )
+
+
+def has_section(args: Any, section: str) -> bool:
+    """Whether ``args.deepspeed`` has an ``optimizer`` or ``scheduler`` section."""
+    if not args.deepspeed:
+        return False
+    from hf_lightning.adapters.deepspeed import load_deepspeed_config
+
+    return section in load_deepspeed_config(args.deepspeed)
+
+
+def section_optimizer(args: Any, model: nn.Module) -> torch.optim.Optimizer | None:
+    """The optimizer of the configuration's ``optimizer`` section (``None`` without one).
+
+    Raises:
+        NotImplementedError: a type or parameter not built here, named.
+    """
+    if not has_section(args, "optimizer"):
+        return None
+    section = _filled(args, model, None)["optimizer"]
+    kind = str(section.get("type", "")).lower()
+    params = dict(section.get("params") or {})
+    unknown = sorted(set(params) - _ADAM_PARAMS)
+    if kind not in ("adam", "adamw") or unknown or params.get("bias_correction", True) is not True:
+        what = (
+            f"type {section.get('type')!r}"
+            if kind not in ("adam", "adamw")
+            else f"params {unknown or ['bias_correction']}"
+        )
+        raise NotImplementedError(
+            f"`TrainingArguments(deepspeed=...)`: the DeepSpeed `optimizer` section's {what} is not supported by "
+            "hf_lightning; use type 'AdamW' or 'Adam' (lr, betas, eps, weight_decay), or remove the section to "
+            "train with the Trainer's optimizer (`optim`)"
+        )
+    decoupled = kind == "adamw" or params.get("adam_w_mode", True)
+    options = {key: params[key] for key in ("lr", "betas", "eps", "weight_decay", "amsgrad") if key in params}
+    if "betas" in options:
+        options["betas"] = tuple(options["betas"])
+    trainable = [param for param in model.parameters() if param.requires_grad]
+    return (torch.optim.AdamW if decoupled else torch.optim.Adam)(trainable, **options)
+
+
+def section_scheduler(
+    args: Any, optimizer: torch.optim.Optimizer, num_training_steps: int, model: nn.Module
+) -> Any:
+    """DeepSpeed's scheduler of the configuration's ``scheduler`` section over ``optimizer`` (``None`` without one)."""
+    if not has_section(args, "scheduler"):
+        return None
+    section = _filled(args, model, num_training_steps)["scheduler"]
+    name = section.get("type")
+    if name not in _SCHEDULERS:
+        raise NotImplementedError(
+            f"`TrainingArguments(deepspeed=...)`: the DeepSpeed `scheduler` section's type {name!r} is not "
+            f"supported by hf_lightning; choose one of: {', '.join(_SCHEDULERS)}, or remove the section to "
+            "train with the Trainer's scheduler (`lr_scheduler_type`)"
+        )
+    from deepspeed.runtime import lr_schedules
+
+    return getattr(lr_schedules, name)(optimizer, **dict(section.get("params") or {}))
