@@ -4,7 +4,7 @@
 
 - ``KIND``: ``full`` (``FULL_STATE_DICT``) or ``sharded`` (``SHARDED_STATE_DICT``) under FSDP2;
   ``full1`` / ``sharded1`` the same under FSDP1 (``fsdp_config['version'] = 1``); ``zero2`` / ``zero3``
-  DeepSpeed ZeRO-2 / ZeRO-3 instead of FSDP;
+  DeepSpeed ZeRO-2 / ZeRO-3 instead of FSDP, ``zero2s`` ZeRO-2 with ``optimizer`` and ``scheduler`` sections;
 - ``RUN``: the name of the run (its ``output_dir`` is ``OUT/RUN``); ``best`` also evaluates every 2 steps
   and loads the best model at the end; ``kill`` SIGKILLs rank 1 while it writes its shard of step 4.
 
@@ -43,14 +43,25 @@ def _kill_rank_one_in_save() -> None:
     FileSystemWriter.write_data = write_data  # type: ignore[method-assign]
 
 
-def _zero_config(stage: int) -> dict:
-    return {
+def _zero_config(stage: int, sections: bool) -> dict:
+    config: dict = {
         "zero_optimization": {"stage": stage},
         "train_micro_batch_size_per_gpu": "auto",
         "gradient_accumulation_steps": "auto",
         "train_batch_size": "auto",
         "gradient_clipping": "auto",
     }
+    if sections:  # the optimizer and the schedule described by the configuration, every value "auto"
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": dict.fromkeys(("lr", "betas", "eps", "weight_decay"), "auto"),
+        }
+        names = ("warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")
+        config["scheduler"] = {
+            "type": "WarmupDecayLR",
+            "params": {**dict.fromkeys(names, "auto"), "warmup_type": "linear"},
+        }
+    return config
 
 
 def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
@@ -59,7 +70,7 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
 
     best = run.startswith("best")
     if kind.startswith("zero"):
-        sharding: dict = {"deepspeed": _zero_config(int(kind[-1]))}
+        sharding: dict = {"deepspeed": _zero_config(int(kind[4]), sections=kind.endswith("s"))}
     else:
         state_dict_type = {"full": "FULL_STATE_DICT", "sharded": "SHARDED_STATE_DICT"}[kind.rstrip("1")]
         layers = {"transformer_layer_cls_to_wrap": ["GPT2Block"], "state_dict_type": state_dict_type}

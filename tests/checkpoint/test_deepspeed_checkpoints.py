@@ -1,7 +1,8 @@
 """Checkpoints under DeepSpeed ZeRO-2 and ZeRO-3 (2 gloo processes): transformers' layout, resume, best model.
 
 The runs are ``tests/fsdp_checkpoint_worker.py`` with kinds ``zero2``/``zero3``: a tiny GPT-2, AdamW, a
-linear schedule, 4 optimizer steps with GA 2 and a checkpoint every 2 steps.
+linear schedule, 4 optimizer steps with GA 2 and a checkpoint every 2 steps; ``zero2s`` takes the
+optimizer (AdamW) and the schedule (DeepSpeed's WarmupDecayLR) from the configuration's sections.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests._ddp import run_ranks
 from tests.tiny import tiny_gpt2
 
 WORKER = "tests/fsdp_checkpoint_worker.py"
-KINDS = ("zero2", "zero3")
+KINDS = ("zero2", "zero3", "zero2s")
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
 
 
@@ -68,6 +69,8 @@ def test_resume_in_new_processes_gives_the_uninterrupted_weights(runs, kind: str
         _assert_same_weights(whole[rank]["state"], resumed[rank]["state"])
     assert resumed[0]["losses"] == whole[0]["losses"]
     assert [e["step"] for e in resumed[0]["log_history"] if "loss" in e] == [1, 2, 3, 4]
+    rates = [[e["learning_rate"] for e in run[0]["log_history"] if "loss" in e] for run in (whole, resumed)]
+    assert rates[0] == rates[1]  # the schedule resumes where it was (scheduler.pt)
 
 
 @pytest.mark.parametrize("kind", KINDS)
