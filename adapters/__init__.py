@@ -13,6 +13,8 @@ _EXPORTS: dict[str, str] = {
     "LightningPlan": "plan",
     "HFModule": "module",
     "DeepSpeedModule": "deepspeed_module",
+    "FSDP1Module": "fsdp1_module",
+    "FSDP2Module": "fsdp_module",
     "AccumulationWindows": "windows",
     "ModuleSettings": "plan",
     "DataSettings": "plan",

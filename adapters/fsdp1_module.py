@@ -85,9 +85,19 @@ def _broadcast_from_rank0(module: nn.Module) -> None:
 class FSDP1Module(HFModule):
     """:class:`HFModule` trained through FSDP1's ``FullyShardedDataParallel`` (:class:`FSDP1Strategy`)."""
 
+    drives_fsdp1 = True
+
     def __init__(self, *args: Any, fsdp: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fsdp = fsdp  # the strategy holds the options; kept for inspection, as FSDP2Module keeps them
+
+    def on_train_start(self) -> None:
+        if fsdp_root(self.model) is None:
+            raise TypeError(
+                f"`{type(self).__name__}` needs the strategy of `to_lightning(args)` (FSDP1Strategy), which shards "
+                f"its model; Lightning's own `{type(self.trainer.strategy).__name__}` wraps the whole module"
+            )
+        super().on_train_start()
 
     def configure_optimizers(self) -> Any:
         optimizer = super().configure_optimizers()

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, modules_to_wrap
+from hf_lightning.adapters.fsdp import FSDPSettings, fsdp_settings, modules_to_wrap
 from hf_lightning.adapters.module import HFModule
 
 __all__ = ["FSDP2Module", "shard_model"]
@@ -71,9 +71,15 @@ def _shard_state(state: dict[str, Any], old: torch.Tensor, new: Any) -> dict[str
 class FSDP2Module(HFModule):
     """:class:`HFModule` whose model is sharded with ``fully_shard`` over the data-parallel mesh."""
 
-    def __init__(self, *args: Any, fsdp: FSDPSettings, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fsdp: FSDPSettings | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fsdp = fsdp
+        settings = fsdp if fsdp is not None else fsdp_settings(self.args)
+        if settings is None or settings.version != 2:
+            raise ValueError(
+                "`FSDP2Module` needs `TrainingArguments(fsdp=...)` with FSDP2 (`fsdp_config['version']` 2, the "
+                "default); for version 1 use `FSDP1Module`"
+            )
+        self.fsdp = settings
         self._unsharded: dict[int, str] = {}
 
     def configure_model(self) -> None:

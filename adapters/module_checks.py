@@ -53,18 +53,23 @@ def check_windows_are_sharded(trainer: Any) -> None:
 
 
 def check_engine_module(module: Any, trainer: Any) -> None:
-    """Raise when a module that does not hand the accumulation to DeepSpeed runs under ``DeepSpeedStrategy``
-    (ZeRO would keep only the last micro-batch's gradients of a window): use ``DeepSpeedModule``."""
-    from lightning.pytorch.strategies import DeepSpeedStrategy
+    """Raise when the module under Lightning's ``DeepSpeedStrategy`` or ``FSDPStrategy`` is not the form made
+    for it: under ZeRO a plain module would keep only the last micro-batch's gradients of a window, and
+    under FSDP1 it would clip by the norm of its own shards."""
+    from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy
 
-    if isinstance(getattr(trainer, "strategy", None), DeepSpeedStrategy) and not getattr(
-        module, "drives_deepspeed", False
-    ):
-        raise TypeError(
-            f"`{type(module).__name__}` under Lightning's DeepSpeedStrategy: use "
-            "`hf_lightning.adapters.DeepSpeedModule` (the same arguments), which tells DeepSpeed where each "
-            "accumulation window ends (docs/distributed.md#deepspeed)"
-        )
+    strategy = getattr(trainer, "strategy", None)
+    for kind, flag, form, anchor in (
+        (DeepSpeedStrategy, "drives_deepspeed", "DeepSpeedModule", "which tells DeepSpeed where each "
+         "accumulation window ends (docs/distributed.md#deepspeed)"),
+        (FSDPStrategy, "drives_fsdp1", "FSDP1Module", "with `to_lightning(args).strategy`, which shards the "
+         "model and clips over every shard (docs/lightning.md)"),
+    ):  # fmt: skip
+        if isinstance(strategy, kind) and not getattr(module, flag, False):
+            raise TypeError(
+                f"`{type(module).__name__}` under Lightning's {kind.__name__}: use "
+                f"`hf_lightning.adapters.{form}` (the same arguments), {anchor}"
+            )
 
 
 def _train_loaders(loaders: Any) -> Iterable[Any]:
