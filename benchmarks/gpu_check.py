@@ -9,6 +9,8 @@ Checks (each in the order below, each timed; one failing check never stops the o
   with bit-identical weights to the uninterrupted run (GradScaler and CUDA RNG state restored);
 - ``fsdp_one_gpu``: ``fsdp=True`` (FSDP2 through Lightning's ModelParallelStrategy) trains on one GPU;
 - ``fsdp_sharded_checkpoint_resume``: FSDP2 with ``SHARDED_STATE_DICT`` checkpoints, resumed bit-identically;
+- ``fsdp1_one_gpu``: FSDP1 (``fsdp_config['version'] = 1``, Lightning's FSDPStrategy given the GPU's index)
+  trains to the losses of the run without FSDP;
 - ``deepspeed_zero2``: a ZeRO-2 run whose losses equal the run without DeepSpeed;
 - ``optim_<name>``: the CUDA-only optimizers (``paged_adamw_8bit``, ``galore_adamw_8bit``, ``adalomo``)
   trained with both trainers: the losses must agree within ``LOSS_TOLERANCE``;
@@ -152,6 +154,17 @@ def _fsdp_sharded_resume(ctx: dict) -> dict:
             "detail": f"{layout}; resumed weights bit-identical = {same}"}  # fmt: skip
 
 
+def _fsdp1_one_device(ctx: dict) -> dict:
+    """FSDP1 on one device: the losses equal the run without FSDP (within ``LOSS_TOLERANCE``)."""
+    import hf_lightning
+
+    plain = _losses(hf_lightning, ctx)
+    fsdp1 = _losses(hf_lightning, ctx, fsdp="full_shard", fsdp_config={"version": 1})
+    worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(fsdp1, plain, strict=True))
+    return {"status": "pass" if worst <= LOSS_TOLERANCE else "fail",
+            "detail": f"FSDP1 vs no FSDP: max relative loss difference {worst:.2e}"}  # fmt: skip
+
+
 def _deepspeed_zero2(ctx: dict) -> dict:
     """A ZeRO-2 run through Lightning's DeepSpeedStrategy; its losses equal the plain run's."""
     try:
@@ -219,6 +232,7 @@ CHECKS: dict[str, Callable[[dict], dict]] = {
     "fp16_resume_bitwise": _resume_bitwise,
     "fsdp_one_gpu": _fsdp_one_device,
     "fsdp_sharded_checkpoint_resume": _fsdp_sharded_resume,
+    "fsdp1_one_gpu": _fsdp1_one_device,
     "deepspeed_zero2": _deepspeed_zero2,
     "optim_paged_adamw_8bit": _cuda_against_transformers("bitsandbytes", optim="paged_adamw_8bit"),
     "optim_galore_adamw_8bit": _cuda_against_transformers("galore_torch", optim="galore_adamw_8bit"),
