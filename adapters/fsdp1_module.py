@@ -47,6 +47,10 @@ class FSDP1Strategy(FSDPStrategy):
             if device.type == "cpu" and options.get("sync_module_states"):
                 _broadcast_from_rank0(inner)  # torch's own sync refuses CPU tensors; the same, by hand
                 options["sync_module_states"] = False
+            if "HYBRID" in self.sharding_strategy.name and not {"device_mesh", "process_group"} & set(
+                options
+            ):
+                options["device_mesh"] = self._hybrid_mesh(device)
             root = FullyShardedDataParallel(
                 module=inner,
                 cpu_offload=self.cpu_offload,
@@ -59,6 +63,17 @@ class FSDP1Strategy(FSDPStrategy):
             register_fsdp_root(inner, root)
         model.train_model = root
         return model
+
+    def _hybrid_mesh(self, device: torch.device) -> Any:
+        """``hybrid_shard``'s 2-D mesh from the launch: replicated across nodes, sharded within each node.
+
+        torch would size the node from the device count, which on the CPU is 1 (every process its own
+        "node", gradients then reduced wrongly); the launch's processes per node are what is meant."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(
+            device.type, (self.num_nodes, self.num_processes), mesh_dim_names=("replicate", "shard")
+        )
 
 
 def _checkpoint_layers(root: nn.Module, policy_kwargs: dict[str, Any]) -> None:

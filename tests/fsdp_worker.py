@@ -34,6 +34,7 @@ MODES = {
         "fsdp_config": {"version": 1, "transformer_layer_cls_to_wrap": ["GPT2Block"]},
     },
     "fsdp1_grad_op": {"fsdp": "shard_grad_op", "fsdp_config": {"version": 1}},
+    "fsdp1_hybrid": {"fsdp": "hybrid_shard", "fsdp_config": {"version": 1}},
     "fsdp1_ckpt": {
         "fsdp": "full_shard auto_wrap",
         "fsdp_config": {"version": 1, "activation_checkpointing": True, "backward_prefetch": "backward_pre"},

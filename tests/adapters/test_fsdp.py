@@ -210,7 +210,7 @@ def test_size_based_wrap_follows_torchs_policy() -> None:
 
 
 FSDP2_MODES = ("fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size")
-FSDP1_MODES = ("fsdp1", "fsdp1_grad_op", "fsdp1_ckpt", "fsdp1_size")
+FSDP1_MODES = ("fsdp1", "fsdp1_grad_op", "fsdp1_ckpt", "fsdp1_size", "fsdp1_hybrid")
 
 
 @pytest.fixture(scope="module")
@@ -272,9 +272,10 @@ def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs, mode: s
 
 @pytest.mark.slow
 @pytest.mark.ddp
-@pytest.mark.parametrize("mode", ["fsdp", "fsdp1", "fsdp1_grad_op"])
+@pytest.mark.parametrize("mode", ["fsdp", "fsdp1", "fsdp1_grad_op", "fsdp1_hybrid"])
 def test_each_rank_holds_half_the_parameters(fsdp_runs, mode: str) -> None:
     """Under FSDP2 (its DTensor shards) and FSDP1 (its flat shards) each rank holds half of the parameter
-    elements DDP holds whole."""
+    elements DDP holds whole; ``hybrid_shard`` shards within the node (here both processes), replicating
+    across nodes."""
     whole = fsdp_runs["ddp"][0]["local_numel"]
     assert [record["local_numel"] for record in fsdp_runs[mode]] == [whole // 2, whole // 2]
