@@ -10,10 +10,12 @@ import json
 from typing import Any
 
 from hf_lightning.args.enums import FSDPOption
+from hf_lightning.utils import logging as hf_logging
 
 __all__ = ["AUTO_WRAP_POLICIES", "normalize_fsdp"]
 
 AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+logger = hf_logging.get_logger(__name__)
 _SHARDING = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
 
 
@@ -30,9 +32,21 @@ def normalize_fsdp(args: Any) -> list[str]:
     config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in config.items()}
     problems: list[str] = []
     if isinstance(args.fsdp, str | list | tuple) and not isinstance(args.fsdp, bool):
+        if isinstance(args.fsdp, str):
+            logger.warning(
+                "Passing `fsdp` as a string is deprecated and will be removed in Transformers v5.20. "
+                "Use `fsdp=True` and configure everything via `fsdp_config` instead."
+            )
         words = args.fsdp.split() if isinstance(args.fsdp, str) else list(args.fsdp)
         problems += _fold_legacy_words(type(args).__name__, words, config)
     args.fsdp = True
+    if args.activation_checkpointing:
+        logger.warning(
+            "When using FSDP, prefer `fsdp_config['activation_checkpointing']` (FSDP's own activation "
+            "checkpointing) over the `activation_checkpointing` training argument; the latter introduces a "
+            "redundant AllGather in the backward pass. "
+            "Reference: https://github.com/huggingface/transformers/issues/30404"
+        )
     config.setdefault("min_num_params", 0)
     if isinstance(config.get("transformer_layer_cls_to_wrap"), str):
         config["transformer_layer_cls_to_wrap"] = [config["transformer_layer_cls_to_wrap"]]

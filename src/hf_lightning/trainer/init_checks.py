@@ -13,7 +13,7 @@ from typing import Any
 from hf_lightning.args.enums import enum_value
 from hf_lightning.loss import LabelSmoother
 
-__all__ = ["build_label_smoother", "check_trainer_arguments"]
+__all__ = ["build_label_smoother", "check_sharding_arguments", "check_trainer_arguments"]
 
 
 def check_trainer_arguments(trainer: Any) -> None:
@@ -50,6 +50,48 @@ def check_trainer_arguments(trainer: Any) -> None:
             "Passing a `model_init` is incompatible with providing the `optimizers` argument. "
             "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
         )
+    check_sharding_arguments(args, given_optimizers=optimizer is not None or lr_scheduler is not None)
+
+
+def check_sharding_arguments(args: Any, *, given_optimizers: bool) -> None:
+    """What transformers refuses at construction under FSDP and DeepSpeed, with its words."""
+    fsdp, deepspeed = bool(args.fsdp), bool(args.deepspeed)
+    config = args.fsdp_config or {}
+    if fsdp and config.get("activation_checkpointing") and args.activation_checkpointing:
+        raise ValueError(
+            "`fsdp_config['activation_checkpointing']` (FSDP's own activation checkpointing) and the "
+            "`activation_checkpointing` training argument can't both be set to True. Use FSDP's activation "
+            "checkpointing when using FSDP."
+        )
+    if args.save_only_model and (deepspeed or fsdp) and args.load_best_model_at_end:
+        wrapper = "DeepSpeed" if deepspeed else "FSDP"
+        raise ValueError(
+            f"{wrapper} can't be used with `save_only_model` along with `load_best_model_at_end`."
+        )
+    if deepspeed and args.auto_find_batch_size and _zero_stage(args) == 3:
+        raise ValueError(
+            "`auto_find_batch_size` isn't supported yet with DeepSpeed Zero-3. Please consider using Zero-2, "
+            "Zero-1, or FSDP"
+        )
+    if (
+        args.save_only_model
+        and fsdp
+        and "SHARDED_STATE_DICT" in str(config.get("state_dict_type", "")).upper()
+    ):
+        raise ValueError(
+            "save_only_model option is not compatible with FSDP state dict type 'SHARDED_STATE_DICT'"
+        )
+    if fsdp and given_optimizers:
+        raise RuntimeError(
+            "Passing `optimizers` is not allowed if PyTorch FSDP is enabled. "
+            "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
+        )
+
+
+def _zero_stage(args: Any) -> int:
+    from hf_lightning.adapters.deepspeed import load_deepspeed_config, zero_stage
+
+    return zero_stage(load_deepspeed_config(args.deepspeed))
 
 
 def build_label_smoother(args: Any, model: Any) -> LabelSmoother | None:
