@@ -197,8 +197,6 @@ def engine_config(args: Any, *, world_size: int, model: Any, num_training_steps:
     config = fill_deepspeed_config(
         args, world_size=world_size, model=model, num_training_steps=num_training_steps
     )
-    for section in ("optimizer", "scheduler"):  # built by the Trainer from the section: deepspeed_sections.py
-        config.pop(section, None)
     config.setdefault("gradient_clipping", 1.0)  # as transformers' Accelerate sets it when the key is absent
     return for_lightning(config)
 
@@ -207,11 +205,22 @@ def for_lightning(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` as Lightning's ``DeepSpeedStrategy`` accepts it: no ``gradient_accumulation_steps`` or
     ``train_batch_size`` (Lightning derives them from ``accumulate_grad_batches``), the module's own
     optimizer allowed, and an ``"auto"`` still unfilled (it needs the model: ``plan.strategy`` is built
-    without one) left to DeepSpeed's default."""
+    without one) left to DeepSpeed's default. The ``optimizer``/``scheduler`` sections are not passed on:
+    the module builds them (``DeepSpeedModule``, ``adapters/deepspeed_sections.py``)."""
     config = _without_auto(copy.deepcopy(dict(config)))
     config.pop("gradient_accumulation_steps", None)
     config.pop("train_batch_size", None)
     config["zero_allow_untested_optimizer"] = True
+    if (
+        config.pop("optimizer", None) is not None
+    ):  # built by the module from the section: deepspeed_sections.py
+        config["zero_force_ds_cpu_optimizer"] = False  # ZeRO-Offload steps that torch optimizer on the CPU
+    config.pop("scheduler", None)
+    if (config.get("checkpoint") or {}).get("load_universal"):
+        raise NotImplementedError(
+            "`TrainingArguments(deepspeed=...)` with `checkpoint.load_universal` is not supported by hf_lightning: "
+            "DeepSpeed reads universal checkpoints with a full unpickler; remove the key"
+        )
     return config
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hf_lightning.adapters.deepspeed_sections import has_section
+from hf_lightning.adapters.deepspeed_sections import has_section, section_optimizer, section_scheduler
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state, register_deepspeed_engine
 
@@ -47,6 +47,20 @@ class DeepSpeedModule(HFModule):
             start()
         kwargs.setdefault("scale_wrt_gas", False)
         super().manual_backward(loss, *args, **kwargs)
+
+    def configure_optimizers(self) -> Any:
+        """The given optimizer and scheduler, else those of the configuration's ``optimizer``/``scheduler``
+        sections (built as DeepSpeed builds them), else the arguments' (``HFModule``'s)."""
+        optimizer, scheduler = self._optimizers_given
+        if optimizer is None:
+            from hf_lightning.optim import create_optimizer
+
+            optimizer = section_optimizer(self.args, self.model) or create_optimizer(self.model, self.args)
+        if scheduler is None:
+            total = int(self.trainer.estimated_stepping_batches)
+            scheduler = section_scheduler(self.args, optimizer, total, self.model)
+        self._optimizers_given = (optimizer, scheduler)
+        return super().configure_optimizers()
 
     def on_train_start(self) -> None:
         """The engine exists now: register it for checkpoints, and read the DeepSpeed state of a resume."""

@@ -8,8 +8,11 @@ own, and the engine steps exactly what it would have built.
 
 - ``optimizer``: ``AdamW``, and ``Adam`` with DeepSpeed's default ``adam_w_mode`` (decoupled weight
   decay), are torch's ``AdamW``; ``Adam`` with ``adam_w_mode: false`` is torch's ``Adam`` (L2 decay).
-  As DeepSpeed builds it, one parameter group holds every trainable parameter, weight decay included.
-  (On a GPU DeepSpeed would pick its fused kernel of the same update.) Other types are refused by name.
+  As DeepSpeed builds it, one parameter group holds every trainable parameter, weight decay included,
+  with DeepSpeed's defaults (no weight decay unless given; torch's own with ``torch_adam``). On a GPU
+  DeepSpeed would pick its fused kernel of the same update, and with ZeRO-Offload its CPU Adam; the
+  engine is told to accept torch's then (``zero_force_ds_cpu_optimizer: false``). Other types are
+  refused by name.
 - ``scheduler``: DeepSpeed's own class (``WarmupLR``, ``WarmupDecayLR``, ``WarmupCosineLR``,
   ``OneCycle``, ``LRRangeTest``) over that optimizer, stepped once per update as the engine steps it.
 """
@@ -76,8 +79,16 @@ def section_optimizer(args: Any, model: nn.Module) -> torch.optim.Optimizer | No
             "hf_lightning; use type 'AdamW' or 'Adam' (lr, betas, eps, weight_decay), or remove the section to "
             "train with the Trainer's optimizer (`optim`)"
         )
+    torch_adam = bool(params.get("torch_adam", False))
+    if params.get("amsgrad") and not torch_adam:
+        raise NotImplementedError(
+            "`TrainingArguments(deepspeed=...)`: the DeepSpeed `optimizer` section's `amsgrad: true` needs "
+            "`torch_adam: true` (DeepSpeed's own Adam kernels have no AMSGrad variant)"
+        )
     decoupled = kind == "adamw" or params.get("adam_w_mode", True)
     options = {key: params[key] for key in ("lr", "betas", "eps", "weight_decay", "amsgrad") if key in params}
+    if not torch_adam:  # DeepSpeed's fused and CPU Adam default to no weight decay; torch's AdamW to 0.01
+        options.setdefault("weight_decay", 0.0)
     if "betas" in options:
         options["betas"] = tuple(options["betas"])
     trainable = [param for param in model.parameters() if param.requires_grad]

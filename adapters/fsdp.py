@@ -301,7 +301,7 @@ def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | 
     if settings.limit_all_gathers is not None:
         options["limit_all_gathers"] = settings.limit_all_gathers
     if settings.activation_checkpointing:  # applied after wrapping, to the layers the wrap policy picks
-        options["activation_checkpointing_policy"] = _V1WrapPolicy(settings)
+        options["checkpointing"] = settings
     return FSDP1Strategy(**options)
 
 

@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
+from hf_lightning.adapters.fsdp import FSDPSettings, modules_to_wrap
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.sharded import fsdp_root, load_indexed_optimizer_state, register_fsdp_root
 
@@ -33,7 +34,24 @@ __all__ = ["FSDP1Module", "FSDP1Strategy"]
 
 
 class FSDP1Strategy(FSDPStrategy):
-    """Lightning's ``FSDPStrategy`` that shards an :class:`HFModule`'s model, on any device."""
+    """Lightning's ``FSDPStrategy`` that shards an :class:`HFModule`'s model, on any device.
+
+    ``checkpointing``: the FSDP settings whose wrapped layers get activation checkpointing (``None``: off);
+    the layers are chosen from the whole model before wrapping, so every process picks the same ones.
+    """
+
+    def __init__(self, *args: Any, checkpointing: FSDPSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checkpointing = checkpointing
+
+    def lightning_module_state_dict(self) -> dict[str, Any]:
+        if isinstance(self.lightning_module, HFModule):
+            raise NotImplementedError(
+                "Lightning checkpoints (`trainer.save_checkpoint`, `ModelCheckpoint`) of an FSDP1-sharded "
+                "`HFModule` are not supported by hf_lightning; save with `hf_lightning.Trainer`'s checkpoints "
+                "(`save_strategy`) or `save_model` (docs/distributed.md)"
+            )
+        return super().lightning_module_state_dict()
 
     def _setup_model(self, model: nn.Module) -> nn.Module:
         inner = getattr(model, "model", None)
@@ -42,6 +60,7 @@ class FSDP1Strategy(FSDPStrategy):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         root = fsdp_root(inner)
+        model.wrapped_here = root is None  # an optimizer state restored before this fit is a full one
         if root is None:  # a second fit of the same model keeps its wrapper
             device, options = self.root_device, dict(self.kwargs)
             if device.type == "cpu" and options.get("sync_module_states"):
@@ -51,6 +70,7 @@ class FSDP1Strategy(FSDPStrategy):
                 options
             ):
                 options["device_mesh"] = self._hybrid_mesh(device)
+            layers = [] if self.checkpointing is None else modules_to_wrap(self.checkpointing, inner)
             root = FullyShardedDataParallel(
                 module=inner,
                 cpu_offload=self.cpu_offload,
@@ -59,7 +79,7 @@ class FSDP1Strategy(FSDPStrategy):
                 device_id=device if device.type == "cpu" else device.index,
                 **options,
             )
-            _checkpoint_layers(root, self._activation_checkpointing_kwargs)
+            _checkpoint_layers(root, layers)
             register_fsdp_root(inner, root)
         model.train_model = root
         return model
@@ -76,16 +96,19 @@ class FSDP1Strategy(FSDPStrategy):
         )
 
 
-def _checkpoint_layers(root: nn.Module, policy_kwargs: dict[str, Any]) -> None:
-    """Activation checkpointing after wrapping, on the layers the policy picks (as Accelerate applies it)."""
-    if not policy_kwargs:
+def _checkpoint_layers(root: nn.Module, layers: list[nn.Module]) -> None:
+    """Activation checkpointing after wrapping, on ``layers`` (chosen before it), as Accelerate applies it."""
+    if not layers:
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         apply_activation_checkpointing,
         checkpoint_wrapper,
     )
 
-    apply_activation_checkpointing(root, checkpoint_wrapper_fn=checkpoint_wrapper, **policy_kwargs)
+    chosen = {id(layer) for layer in layers}
+    apply_activation_checkpointing(
+        root, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: id(m) in chosen
+    )
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:
@@ -116,7 +139,7 @@ class FSDP1Module(HFModule):
 
     def configure_optimizers(self) -> Any:
         optimizer = super().configure_optimizers()
-        if optimizer.state:  # restored from a full checkpoint before the fit: keep each process's shard
+        if optimizer.state and getattr(self, "wrapped_here", False):  # a full state restored before the fit
             full = optimizer.state_dict()
             optimizer.state.clear()
             load_indexed_optimizer_state(self.model, optimizer, full)

@@ -35,6 +35,17 @@ MODES = {
     },
     "fsdp1_grad_op": {"fsdp": "shard_grad_op", "fsdp_config": {"version": 1}},
     "fsdp1_hybrid": {"fsdp": "hybrid_shard", "fsdp_config": {"version": 1}},
+    "fsdp1_size_ckpt": {
+        "fsdp": "full_shard",
+        "fsdp_config": {
+            "version": 1,
+            "auto_wrap_policy": "SIZE_BASED_WRAP",
+            "min_num_params": 20000,
+            "activation_checkpointing": True,
+        },
+    },
+    "ddp_twice": {},
+    "fsdp1_twice": {"fsdp": "full_shard auto_wrap", "fsdp_config": {"version": 1}},
     "fsdp1_ckpt": {
         "fsdp": "full_shard auto_wrap",
         "fsdp_config": {"version": 1, "activation_checkpointing": True, "backward_prefetch": "backward_pre"},
@@ -123,6 +134,10 @@ def train(out_dir: str, mode: str) -> dict:
     model = tiny_gpt2(dropout=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=causal_lm_data(n=32, seed=5))
     trainer.train()
+    if mode.endswith(
+        "_twice"
+    ):  # a second train() of the same Trainer: from step 0, the same optimizer object
+        trainer.train()
     trainer.save_model(os.path.join(out_dir, f"{mode}_saved"))  # every rank: the weights are gathered
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     norms = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]

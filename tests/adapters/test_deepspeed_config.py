@@ -238,3 +238,33 @@ def test_deepspeed_runs_train_with_checkpoints(tmp_path) -> None:
 
     plan = to_lightning(TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2}}))
     assert _module_class(plan).__name__ == "DeepSpeedModule"
+
+
+def test_section_adam_takes_deepspeeds_defaults(tmp_path) -> None:
+    """Without ``weight_decay`` DeepSpeed's Adam kernels decay nothing (torch's AdamW would take 0.01), and
+    AMSGrad, which they lack, needs ``torch_adam``."""
+    from hf_lightning.adapters.deepspeed_sections import section_optimizer
+
+    def build(params: dict) -> torch.optim.Optimizer | None:
+        config = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": params}}
+        return section_optimizer(TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS), tiny_gpt2())
+
+    assert build({"lr": "auto"}).param_groups[0]["weight_decay"] == 0.0  # type: ignore[union-attr]
+    assert build({"torch_adam": True}).param_groups[0]["weight_decay"] == 0.01  # type: ignore[union-attr]
+    with pytest.raises(NotImplementedError, match="amsgrad"):
+        build({"amsgrad": True})
+
+
+def test_lightning_users_strategy_leaves_the_sections_to_the_module(tmp_path) -> None:
+    """``to_lightning(args).strategy`` carries no section (``DeepSpeedModule`` builds them), lets ZeRO-Offload
+    step that client optimizer, and refuses ``load_universal`` (read with a full unpickler)."""
+    from hf_lightning.adapters.plan import to_lightning
+
+    config = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+              "optimizer": {"type": "AdamW", "params": {}}, "scheduler": {"type": "WarmupLR", "params": {}}}  # fmt: skip
+    strategy = to_lightning(TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)).strategy
+    assert "optimizer" not in strategy.config and "scheduler" not in strategy.config
+    assert strategy.config["zero_force_ds_cpu_optimizer"] is False
+    universal = {"zero_optimization": {"stage": 2}, "checkpoint": {"load_universal": True}}
+    with pytest.raises(NotImplementedError, match="load_universal"):
+        _ = to_lightning(TrainingArguments(str(tmp_path), deepspeed=universal, **ARGUMENTS)).strategy

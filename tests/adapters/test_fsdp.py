@@ -71,7 +71,7 @@ def test_version_1_strategy_shards_the_hf_model_on_any_device(tmp_path) -> None:
     config = {"version": 1, "activation_checkpointing": True}
     strategy = to_lightning(_args(tmp_path, fsdp="full_shard", fsdp_config=config), env=TWO).strategy
     assert isinstance(strategy, FSDP1Strategy) and type(strategy) is not FSDPStrategy
-    assert "auto_wrap_policy" in strategy._activation_checkpointing_kwargs
+    assert strategy.checkpointing is not None and strategy.checkpointing.activation_checkpointing
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_size_based_wrap_follows_torchs_policy() -> None:
 
 
 FSDP2_MODES = ("fsdp", "fsdp_grad_op", "fsdp_ckpt", "fsdp_offload", "fsdp_size")
-FSDP1_MODES = ("fsdp1", "fsdp1_grad_op", "fsdp1_ckpt", "fsdp1_size", "fsdp1_hybrid")
+FSDP1_MODES = ("fsdp1", "fsdp1_grad_op", "fsdp1_ckpt", "fsdp1_size", "fsdp1_hybrid", "fsdp1_size_ckpt")
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +220,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests._ddp import run_ranks
 
     out = tmp_path_factory.mktemp("fsdp")
-    modes = ("ddp", *FSDP2_MODES, *FSDP1_MODES)
+    modes = ("ddp", *FSDP2_MODES, *FSDP1_MODES, "ddp_twice", "fsdp1_twice")
     for mode in modes:
         run_ranks("tests/fsdp_worker.py", [str(out), mode], world=2)
     runs = {m: [torch.load(out / f"{m}_rank{r}.pt", weights_only=True) for r in range(2)] for m in modes}
@@ -260,6 +260,26 @@ def test_activation_checkpointing_wraps_the_layers(fsdp_runs, mode: str) -> None
 
 @pytest.mark.slow
 @pytest.mark.ddp
+def test_size_based_checkpointing_picks_the_same_layers_on_every_rank(fsdp_runs) -> None:
+    """With ``SIZE_BASED_WRAP`` the checkpointed layers are chosen from the whole model before FSDP1 shards it
+    (chosen from each rank's shards they differed, and the ranks' all-gathers hung)."""
+    counts = [record["checkpointed_layers"] for record in fsdp_runs["fsdp1_size_ckpt"]]
+    assert counts[0] == counts[1] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_second_train_under_fsdp1_equals_ddp(fsdp_runs) -> None:
+    """A second ``train()`` of the same Trainer under FSDP1 (its optimizer already holds shards) ends with the
+    weights DDP's two ``train()`` calls reach."""
+    ddp = fsdp_runs["ddp_twice"][0]["state"]
+    for record in fsdp_runs["fsdp1_twice"]:
+        for name, value in ddp.items():
+            torch.testing.assert_close(record["state"][name], value, rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
 @pytest.mark.parametrize("mode", ["fsdp", "fsdp1"])
 def test_save_model_writes_full_weights_from_pretrained_loads(fsdp_runs, mode: str) -> None:
     """``save_model()`` after FSDP2 or FSDP1 training writes full weights that ``from_pretrained`` loads: DDP's."""
@@ -279,3 +299,15 @@ def test_each_rank_holds_half_the_parameters(fsdp_runs, mode: str) -> None:
     across nodes."""
     whole = fsdp_runs["ddp"][0]["local_numel"]
     assert [record["local_numel"] for record in fsdp_runs[mode]] == [whole // 2, whole // 2]
+
+
+def test_lightning_checkpoints_of_an_fsdp1_hf_module_are_refused(tmp_path) -> None:
+    """``trainer.save_checkpoint``/``ModelCheckpoint`` would take Lightning's FSDP state dict of a module it did not
+    wrap: refused by name, pointing at the Trainer's checkpoints."""
+    from hf_lightning.adapters.fsdp1_module import FSDP1Module
+
+    args = _args(tmp_path, fsdp="full_shard", fsdp_config={"version": 1})
+    strategy = to_lightning(args, env=TWO).strategy
+    strategy._lightning_module = FSDP1Module(tiny_gpt2(), args)
+    with pytest.raises(NotImplementedError, match="save_checkpoint"):
+        strategy.lightning_module_state_dict()

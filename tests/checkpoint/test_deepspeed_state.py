@@ -70,3 +70,16 @@ def test_resume_under_deepspeed_needs_deepspeeds_state(tmp_path) -> None:
 def test_save_options_are_empty_without_an_engine() -> None:
     """A model no DeepSpeed engine trains saves as usual."""
     assert deepspeed_save_options(tiny_gpt2(), object(), everywhere=False) == {}
+
+
+def test_a_resume_request_a_failed_fit_left_is_dropped(tmp_path) -> None:
+    """A resume request not taken by the engine (the fit failed first) does not reach a later run."""
+    from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state
+
+    folder = tmp_path / "checkpoint-2"
+    (folder / "global_step2").mkdir(parents=True)
+    (folder / "latest").write_text("global_step2")
+    model = tiny_gpt2()
+    request_deepspeed_resume(model, str(folder))
+    request_deepspeed_resume(model, None)
+    assert load_pending_deepspeed_state(model, engine=None) is None

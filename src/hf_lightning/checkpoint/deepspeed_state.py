@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hf_lightning.checkpoint.io import CheckpointError
-from hf_lightning.checkpoint.sharded import _RootRef, _zero3, gathered_model_state
+from hf_lightning.checkpoint.sharded import _RootRef, _zero3
 
 __all__ = [
     "deepspeed_engine",
@@ -68,29 +68,43 @@ def has_deepspeed_state(folder: str | os.PathLike[str]) -> bool:
 def deepspeed_save_options(model: nn.Module, optimizer: Any, everywhere: bool) -> dict[str, Any]:
     """``save_checkpoint``'s options under DeepSpeed (``{}`` without an engine), computed on every process.
 
-    The full weights (gathered under ZeRO-3) are written as ``model.safetensors``; unless ``optimizer`` is
-    None (``save_only_model``) the engine writes its ``global_step{N}/`` folder on every process.
+    The full weights (gathered under ZeRO-3) are written as ``model.safetensors``: copied to host memory on
+    process 0 only, or on every process with ``everywhere`` (``save_on_each_node``: each node's saver);
+    unless ``optimizer`` is None (``save_only_model``) the engine writes its ``global_step{N}/`` folder on
+    every process.
     """
     engine = deepspeed_engine(model)
     if engine is None:
         return {}
-    if _zero3(model):
-        weights = gathered_model_state(model)
-    else:
-        weights = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+    saver = everywhere or not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
+    weights: dict[str, torch.Tensor] = {}
+    with _gathered(model):  # ZeRO-3: every process takes part; only a saver keeps a copy in host memory
+        if saver:
+            weights = {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
     options: dict[str, Any] = {"model_state_dict": weights}
     if optimizer is not None:
         options["sharded_writer"] = lambda folder: engine.save_checkpoint(folder)
     return options
 
 
-def request_deepspeed_resume(model: nn.Module, folder: str) -> None:
+def _gathered(model: nn.Module) -> Any:
+    if not _zero3(model):
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()))
+
+
+def request_deepspeed_resume(model: nn.Module, folder: str | None) -> None:
     """Ask the engine, once built, to read ``folder``'s DeepSpeed state (see :func:`load_pending_deepspeed_state`).
 
     Raises:
         CheckpointError: ``folder`` holds no DeepSpeed state (it was written without ``deepspeed``), as
             transformers refuses it.
     """
+    if folder is None:  # no resume: forget a request a failed fit left behind
+        model.__dict__.pop(_RESUME_KEY, None)
+        return
     if not has_deepspeed_state(folder):
         raise CheckpointError(
             f"Can't find a valid checkpoint at {folder}: under `deepspeed` a checkpoint must hold DeepSpeed's "

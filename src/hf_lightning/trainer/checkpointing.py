@@ -301,6 +301,7 @@ class CheckpointPolicy:
         the restored ``global_step`` instead (docs/divergences.md).
         """
         if checkpoint is None:
+            request_deepspeed_resume(self.trainer.model, None)  # clears what a failed fit left behind
             return
         t = self.trainer
         if t.args.deepspeed:  # the engine reads its own folder once built (checkpoint/deepspeed_state.py)

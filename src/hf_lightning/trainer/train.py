@@ -131,8 +131,9 @@ class TrainLauncher:
         )
         t.optim.forget_created_scheduler()
         t.create_optimizer_and_scheduler(num_training_steps=max_steps)
-        if resume_from_checkpoint is not None:
-            t._load_optimizer_and_scheduler(resume_from_checkpoint)
+        t._load_optimizer_and_scheduler(
+            resume_from_checkpoint
+        )  # None: nothing to load (a stale request dropped)
         if t.processing_class is not None:  # the tokenizer's PAD/BOS/EOS ids into the model's configs
             align_special_tokens(t.model, t.processing_class)
         t._activate_neftune()
