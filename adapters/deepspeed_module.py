@@ -26,6 +26,7 @@ __all__ = ["DeepSpeedModule"]
 class DeepSpeedModule(HFModule):
     """:class:`HFModule` whose backward, clipping and update are DeepSpeed's."""
 
+    _optimizers_given: tuple[Any, Any]
     _backwards = 0
     _engine_steps_schedule = False
     drives_deepspeed = True

@@ -85,7 +85,7 @@ class HFModule(L.LightningModule):
         self.automatic_optimization = False
         self.driver: LoopDriver = driver if driver is not None else StandaloneDriver()
         self.driver.bind(self)
-        self._optimizers_given: tuple[Any, Any] = optimizers
+        self._optimizers_given = optimizers
         self._shift_labels = shift_labels
         self._compute_loss_func = compute_loss_func
         self.loss_settings = self._loss_settings(world_size=1)
