@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from tests.tiny import causal_lm_data, tiny_gpt2
 
-__all__ = ["train"]
+__all__ = ["run_kind", "train", "whole_and_resumed"]
 
 
 def _kill_rank_one_in_save() -> None:
@@ -113,6 +115,26 @@ def train(out_dir: str, kind: str, run: str, resume: str | None) -> dict:
         "log_history": trainer.state.log_history,
         "best": trainer.state.best_model_checkpoint,
     }
+
+
+def run_kind(out: Path, kind: str, run: str, resume: str | None = None) -> list[dict[str, Any]]:
+    """Launch the 2 ranks of one run (from the tests) and return each rank's record."""
+    from tests._ddp import run_ranks
+
+    run_ranks(__file__, [str(out), kind, run, *([resume] if resume else [])], world=2)
+    return [torch.load(out / f"{run}_rank{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def whole_and_resumed(out: Path, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Per kind: the uninterrupted run (``kind``) and the run resumed from its checkpoint-2 by new processes
+    (``kind_resumed``); ``"out"`` is the folder."""
+    found: dict[str, Any] = {"out": out}
+    for kind in kinds:
+        found[kind] = run_kind(out, kind, f"{kind}_whole")
+        found[f"{kind}_resumed"] = run_kind(
+            out, kind, f"{kind}_resumed", str(out / f"{kind}_whole" / "checkpoint-2")
+        )
+    return found
 
 
 if __name__ == "__main__":

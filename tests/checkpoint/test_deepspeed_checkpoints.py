@@ -8,24 +8,17 @@ optimizer (AdamW) and the schedule (DeepSpeed's WarmupDecayLR) from the configur
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from hf_lightning.checkpoint import load_model_weights
-from tests._ddp import run_ranks
+from tests.fsdp_checkpoint_worker import run_kind, whole_and_resumed
 from tests.tiny import tiny_gpt2
 
-WORKER = "tests/fsdp_checkpoint_worker.py"
 KINDS = ("zero2", "zero3", "zero2s")
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
-
-
-def _run(out: Path, kind: str, run: str, resume: str | None = None) -> list[dict[str, Any]]:
-    run_ranks(WORKER, [str(out), kind, run, *([resume] if resume else [])], world=2)
-    return [torch.load(out / f"{run}_rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
 def _assert_same_weights(first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]) -> None:
@@ -36,15 +29,8 @@ def _assert_same_weights(first: dict[str, torch.Tensor], second: dict[str, torch
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Per ZeRO stage: the uninterrupted run and the run resumed from its checkpoint-2 by new processes."""
-    out = tmp_path_factory.mktemp("deepspeed_ckpt")
-    found: dict[str, Any] = {"out": out}
-    for kind in KINDS:
-        found[kind] = _run(out, kind, f"{kind}_whole")
-        found[f"{kind}_resumed"] = _run(
-            out, kind, f"{kind}_resumed", str(out / f"{kind}_whole" / "checkpoint-2")
-        )
-    return found
+    """Per kind: the uninterrupted run and the run resumed from its checkpoint-2 by new processes."""
+    return whole_and_resumed(tmp_path_factory.mktemp("deepspeed_ckpt"), KINDS)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -84,7 +70,7 @@ def test_checkpoint_weights_load_with_from_pretrained(runs, kind: str) -> None:
 
 def test_load_best_model_at_end_under_zero3(tmp_path) -> None:
     """The partitioned model at the end holds the best checkpoint's weights (step 2, not the last), on every rank."""
-    records = _run(tmp_path, "zero3", "best")
+    records = run_kind(tmp_path, "zero3", "best")
     best = records[0]["best"]
     assert best is not None and best.endswith("checkpoint-2")
     expected, later = tiny_gpt2(seed=9), tiny_gpt2(seed=9)

@@ -20,16 +20,12 @@ import torch
 
 from hf_lightning.checkpoint import find_resumable_checkpoint, is_checkpoint_complete, load_model_weights
 from tests._ddp import run_ranks
+from tests.fsdp_checkpoint_worker import run_kind, whole_and_resumed
 from tests.tiny import causal_lm_data, tiny_gpt2
 
 WORKER = "tests/fsdp_checkpoint_worker.py"
 KINDS = ("full", "sharded", "full1", "sharded1")
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
-
-
-def _run(out: Path, kind: str, run: str, resume: str | None = None) -> list[dict[str, Any]]:
-    run_ranks(WORKER, [str(out), kind, run, *([resume] if resume else [])], world=2)
-    return [torch.load(out / f"{run}_rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
 def _assert_same_weights(
@@ -42,16 +38,8 @@ def _assert_same_weights(
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Per layout and FSDP version: the uninterrupted run and the run resumed from its checkpoint-2 by new
-    processes."""
-    out = tmp_path_factory.mktemp("fsdp_ckpt")
-    found: dict[str, Any] = {"out": out}
-    for kind in KINDS:
-        found[kind] = _run(out, kind, f"{kind}_whole")
-        found[f"{kind}_resumed"] = _run(
-            out, kind, f"{kind}_resumed", str(out / f"{kind}_whole" / "checkpoint-2")
-        )
-    return found
+    """Per kind: the uninterrupted run and the run resumed from its checkpoint-2 by new processes."""
+    return whole_and_resumed(tmp_path_factory.mktemp("fsdp_ckpt"), KINDS)
 
 
 @pytest.mark.parametrize("kind", ["full", "full1"])
@@ -158,7 +146,7 @@ def test_full_checkpoint_resumes_in_one_process_as_transformers_resumes_it(
 @pytest.mark.parametrize("kind", KINDS)
 def test_load_best_model_at_end_under_fsdp(tmp_path, kind: str) -> None:
     """The model at the end holds the best checkpoint's weights (here the step-2 one), on every rank."""
-    records = _run(tmp_path, kind, "best")
+    records = run_kind(tmp_path, kind, "best")
     best = records[0]["best"]
     assert best is not None and best.endswith("checkpoint-2")
     expected = tiny_gpt2(seed=9)
