@@ -218,6 +218,7 @@ def test_sections_not_built_here_are_refused_by_name(tmp_path, section, named) -
 
 def test_section_scheduler_is_deepspeeds_class_with_filled_values(tmp_path) -> None:
     """A WarmupLR section is DeepSpeed's WarmupLR with the warmup steps and peak rate of the arguments."""
+    pytest.importorskip("deepspeed")  # the `deepspeed` extra
     from deepspeed.runtime.lr_schedules import WarmupLR
 
     from hf_lightning.adapters.deepspeed_sections import section_scheduler
@@ -258,6 +259,7 @@ def test_section_adam_takes_deepspeeds_defaults(tmp_path) -> None:
 def test_lightning_users_strategy_leaves_the_sections_to_the_module(tmp_path) -> None:
     """``to_lightning(args).strategy`` carries no section (``DeepSpeedModule`` builds them), lets ZeRO-Offload
     step that client optimizer, and refuses ``load_universal`` (read with a full unpickler)."""
+    pytest.importorskip("deepspeed")  # the `deepspeed` extra: the strategy is built with it
     from hf_lightning.adapters.plan import to_lightning
 
     config = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},

@@ -38,6 +38,7 @@ class _Engine:
 def test_engine_files_are_read_with_weights_only_and_deepspeeds_classes(tmp_path, monkeypatch) -> None:
     """Inside the resume, the engine's reader takes DeepSpeed's records (ZeroStageEnum, fragment_address,
     LossScaler) and refuses a planted object without running it; the engine's own reader is back after."""
+    pytest.importorskip("deepspeed")  # the `deepspeed` extra
     from deepspeed.runtime.zero.config import ZeroStageEnum
     from deepspeed.utils.tensor_fragment import fragment_address
 
