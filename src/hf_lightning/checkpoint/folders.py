@@ -108,19 +108,24 @@ def resume_problem(folder: str | os.PathLike[str]) -> str | None:
 
 
 def _missing_state_files(folder: str) -> list[str]:
-    """Without a manifest (it may be the file that was lost): the state files a checkpoint written here
-    always holds, from its ``training_args.json`` (``save_only_model`` writes no optimizer or scheduler),
-    that are gone. A folder without ``training_args.json`` (written by transformers) is not judged."""
+    """Without a manifest: the files a checkpoint written here always holds that are gone, the manifest
+    first (every checkpoint written here has one, and without it no damage could be seen), judged from its
+    ``training_args.json`` (``save_only_model`` writes no optimizer or scheduler). A folder without
+    ``training_args.json`` (written by transformers) is not judged; one that does not parse is damaged."""
     if os.path.isfile(os.path.join(folder, "checkpoint-manifest.json")):
         return []
+    path = os.path.join(folder, "training_args.json")
+    if not os.path.isfile(path):
+        return []
     try:
-        with open(os.path.join(folder, "training_args.json"), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             saved_args = json.load(f)
     except (OSError, ValueError):
-        return []
+        saved_args = {}
     names = os.listdir(folder)
     expected = [] if saved_args.get("save_only_model") else [OPTIMIZER_NAME, SCHEDULER_NAME]
-    gone = [name for name in expected if name not in names and not _sharded_optimizer(name, names)]
+    gone = ["checkpoint-manifest.json"]
+    gone += [name for name in expected if name not in names and not _sharded_optimizer(name, names)]
     if not any(name.startswith("rng_state") for name in names):
         gone.append("rng_state.pth")
     return gone
