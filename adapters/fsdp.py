@@ -240,35 +240,22 @@ def _post_order(module: Any) -> list[Any]:
 
 
 class _V1WrapPolicy:
-    """FSDP1's callable wrap policy from the settings; the first module it sees is the model's root.
+    """FSDP1's callable wrap policy: the modules :func:`modules_to_wrap` picks, as FSDP2 shards them.
 
-    ``TRANSFORMER_BASED_WRAP`` wraps the named layer classes; ``SIZE_BASED_WRAP`` is torch's size-based
-    policy (a module whose parameters not yet wrapped reach ``min_num_params``, containers excluded),
-    as Accelerate builds it for FSDP1, except that a module holding a parameter tied to one outside it
-    is left to its parent (GPT-2's ``transformer`` and ``lm_head``): wrapped apart, the tied weight is
-    resharded before the other module uses it.
+    The first module it sees is the model's root; the choice is made there, once, from the whole model
+    (``SIZE_BASED_WRAP`` as torch's size-based policy decides, except that a module holding a parameter
+    tied to one outside it is left to its parent: wrapped apart, GPT-2's ``transformer`` would reshard the
+    embedding ``lm_head`` then uses).
     """
 
     def __init__(self, settings: FSDPSettings) -> None:
         self.settings = settings
-        self.predicate: Any = None
-        self.owners: Counter[int] | None = None
+        self.chosen: set[int] | None = None
 
     def __call__(self, module: Any, recurse: bool, nonwrapped_numel: int) -> bool:
-        settings = self.settings
-        if self.owners is None:  # the root
-            self.owners = Counter(id(p) for _, p in module.named_parameters(remove_duplicate=False))
-        if settings.auto_wrap_policy == "SIZE_BASED_WRAP" and settings.min_num_params > 0:
-            from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
-
-            if not recurse and _shares_outside(module, self.owners):
-                return False
-            return size_based_auto_wrap_policy(
-                module, recurse, nonwrapped_numel, min_num_params=settings.min_num_params
-            )
-        if self.predicate is None:
-            self.predicate = wraps_module(settings, module)
-        return True if recurse else bool(self.predicate(module))
+        if self.chosen is None:  # the root
+            self.chosen = {id(layer) for layer in modules_to_wrap(self.settings, module)}
+        return recurse or id(module) in self.chosen
 
 
 def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | None, timeout_s: int) -> Any:

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hf_lightning.checkpoint.io import CheckpointError
-from hf_lightning.checkpoint.sharded import _RootRef, _zero3
+from hf_lightning.checkpoint.sharded import _RootRef, zero3_gathered
 
 __all__ = [
     "deepspeed_engine",
@@ -78,21 +78,13 @@ def deepspeed_save_options(model: nn.Module, optimizer: Any, everywhere: bool) -
         return {}
     saver = everywhere or not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
     weights: dict[str, torch.Tensor] = {}
-    with _gathered(model):  # ZeRO-3: every process takes part; only a saver keeps a copy in host memory
+    with zero3_gathered(model):  # ZeRO-3: every process takes part; only a saver keeps a copy in host memory
         if saver:
             weights = {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
     options: dict[str, Any] = {"model_state_dict": weights}
     if optimizer is not None:
         options["sharded_writer"] = lambda folder: engine.save_checkpoint(folder)
     return options
-
-
-def _gathered(model: nn.Module) -> Any:
-    if not _zero3(model):
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(list(model.parameters()))
 
 
 def request_deepspeed_resume(model: nn.Module, folder: str | None) -> None:

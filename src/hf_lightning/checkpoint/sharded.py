@@ -24,6 +24,7 @@ the user's model (as transformers keeps ``model`` and ``model_wrapped`` apart).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 
 from hf_lightning.checkpoint.dcp_reader import METADATA as _METADATA
+from hf_lightning.checkpoint.dcp_reader import _distributed
 from hf_lightning.checkpoint.dcp_reader import dcp_load as _dcp_load
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "register_fsdp_root",
     "save_sharded_state",
     "sharded_save_options",
+    "zero3_gathered",
 ]
 
 FSDP_MODEL_DIR = "pytorch_model_fsdp_0"
@@ -110,6 +113,16 @@ def _zero3(model: nn.Module) -> bool:
     return any(hasattr(param, "ds_numel") for param in model.parameters())
 
 
+def zero3_gathered(model: nn.Module, modifier_rank: int | None = None) -> Any:
+    """DeepSpeed ZeRO-3's partitions of ``model`` gathered for the ``with`` block (a no-op otherwise); every
+    process enters it. With ``modifier_rank`` that process's changes are kept when they are partitioned again."""
+    if not _zero3(model):
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=modifier_rank)
+
+
 def needs_gathering(model: nn.Module) -> bool:
     """Whether ``model``'s full weights must be gathered to be saved: FSDP2 shards or DeepSpeed ZeRO-3 partitions."""
     return is_sharded(model) or _zero3(model)
@@ -118,10 +131,6 @@ def needs_gathering(model: nn.Module) -> bool:
 def has_sharded_weights(folder: str | os.PathLike[str]) -> bool:
     """Whether ``folder`` holds a distributed checkpoint of the model (``pytorch_model_fsdp_0/.metadata``)."""
     return os.path.isfile(os.path.join(os.fspath(folder), FSDP_MODEL_DIR, _METADATA))
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _options(**kwargs: Any) -> Any:
@@ -136,9 +145,7 @@ def gathered_model_state(model: nn.Module, *, everywhere: bool = True) -> dict[s
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     if _zero3(model):  # DeepSpeed ZeRO-3: every process gathers the partitions for the copy
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(model.parameters())):
+        with zero3_gathered(model):
             return {name: value.detach().cpu().clone() for name, value in model.state_dict().items()}
     if fsdp_root(model) is not None:  # FSDP1: FULL_STATE_DICT through the wrapper
         offload = not everywhere and _offload(model)

@@ -29,7 +29,7 @@ from hf_lightning.checkpoint.sharded import (
     is_sharded,
     load_full_model_state,
     load_sharded_model,
-    needs_gathering,
+    zero3_gathered,
 )
 
 __all__ = [
@@ -199,12 +199,8 @@ def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict:
     """
     folder = os.fspath(folder)
     model = unwrap_model(model)
-    if needs_gathering(model) and not is_sharded(model):  # DeepSpeed ZeRO-3: into the gathered parameters
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
-            return _load_plain(model, folder, strict)
-    return _load_plain(model, folder, strict)
+    with zero3_gathered(model, modifier_rank=0):  # DeepSpeed ZeRO-3: into the gathered parameters
+        return _load_plain(model, folder, strict)
 
 
 def _load_plain(model: nn.Module, folder: str, strict: bool) -> Any:
