@@ -114,9 +114,11 @@ def run_fit(request: FitRequest) -> HFModule:
         num_update_steps_per_epoch=request.num_update_steps_per_epoch,
     )
     # report_to's loggers live in the Trainer's reporting callbacks (adapters/callbacks/reporting.py)
-    kwargs = {**plan.trainer_settings, "strategy": plan.strategy, "plugins": list(plan.plugins) or None}
     if plan.distributed.deepspeed is not None:  # the "auto" values that need the model and the run's length
-        kwargs["strategy"] = _deepspeed_strategy(plan, facade, request.max_steps)
+        strategy = _deepspeed_strategy(plan, facade, request.max_steps)
+    else:
+        strategy = plan.strategy
+    kwargs = {**plan.trainer_settings, "strategy": strategy, "plugins": list(plan.plugins) or None}
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)
     kwargs["max_epochs"] = max(request.num_train_epochs - request.epochs_trained, 1)

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["FSDPSettings", "build_fsdp_strategy", "fsdp_settings", "modules_to_wrap", "wraps_module"]
+__all__ = [
+    "FSDPSettings",
+    "build_fsdp_strategy",
+    "checkpoint_layers",
+    "fsdp_settings",
+    "modules_to_wrap",
+    "wraps_module",
+]
 
 _V1_SHARDING = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2")
 _PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
@@ -222,6 +229,17 @@ def modules_to_wrap(settings: FSDPSettings, model: Any) -> list[Any]:
             chosen.append(module)
             covered.update(id(p) for p in free)
     return chosen
+
+
+def checkpoint_layers(model: Any, layers: list[Any]) -> None:
+    """Activation checkpointing on ``layers`` of ``model`` (torch's checkpoint wrapper), chosen by the caller
+    from the whole model, so every process wraps the same ones."""
+    if not layers:
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+    chosen = {id(layer) for layer in layers}
+    apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
 
 
 def _shares_outside(module: Any, owners: Counter[int]) -> bool:

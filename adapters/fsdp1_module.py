@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, modules_to_wrap
+from hf_lightning.adapters.fsdp import FSDPSettings, checkpoint_layers, modules_to_wrap
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.sharded import fsdp_root, load_indexed_optimizer_state, register_fsdp_root
 
@@ -79,7 +79,7 @@ class FSDP1Strategy(FSDPStrategy):
                 device_id=device if device.type == "cpu" else device.index,
                 **options,
             )
-            _checkpoint_layers(root, layers)
+            checkpoint_layers(root, layers)  # after wrapping, as Accelerate applies it
             register_fsdp_root(inner, root)
         model.train_model = root
         return model
@@ -94,21 +94,6 @@ class FSDP1Strategy(FSDPStrategy):
         return init_device_mesh(
             device.type, (self.num_nodes, self.num_processes), mesh_dim_names=("replicate", "shard")
         )
-
-
-def _checkpoint_layers(root: nn.Module, layers: list[nn.Module]) -> None:
-    """Activation checkpointing after wrapping, on ``layers`` (chosen before it), as Accelerate applies it."""
-    if not layers:
-        return
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing,
-        checkpoint_wrapper,
-    )
-
-    chosen = {id(layer) for layer in layers}
-    apply_activation_checkpointing(
-        root, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: id(m) in chosen
-    )
 
 
 def _broadcast_from_rank0(module: nn.Module) -> None:

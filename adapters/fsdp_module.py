@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, fsdp_settings, modules_to_wrap
+from hf_lightning.adapters.fsdp import FSDPSettings, checkpoint_layers, fsdp_settings, modules_to_wrap
 from hf_lightning.adapters.module import HFModule
 
 __all__ = ["FSDP2Module", "shard_model"]
@@ -32,10 +32,7 @@ def shard_model(model: nn.Module, settings: FSDPSettings, mesh: Any) -> dict[int
 
     layers = modules_to_wrap(settings, model)  # children first
     if settings.activation_checkpointing:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-
-        chosen = {id(layer) for layer in layers}
-        apply_activation_checkpointing(model, check_fn=lambda module: id(module) in chosen)
+        checkpoint_layers(model, layers)
     names = {id(param): name for name, param in model.named_parameters()}  # the wrapper renames
     # pinned host memory needs an accelerator; on a CPU-only machine the shards simply stay on the CPU
     offload = (
