@@ -35,7 +35,13 @@ from hf_lightning.adapters.plan_groups import EvalSettings, eval_settings
 from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
 
-__all__ = ["EvalCollective", "EvalEngine", "EvalShardSampler", "ensure_process_group"]
+__all__ = [
+    "EvalCollective",
+    "EvalEngine",
+    "EvalShardSampler",
+    "close_process_group_at_exit",
+    "ensure_process_group",
+]
 
 
 class EvalShardSampler(BatchSampler):
@@ -89,10 +95,23 @@ def ensure_process_group(
     backend = backend or ("nccl" if device_type == "cuda" else "gloo")
     kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
     dist.init_process_group(backend=backend, **kwargs)
-    # Ours to close: a gloo group still alive at interpreter shutdown can abort the process
-    # ("terminate called without an active exception") after all the work is done.
-    atexit.register(_destroy_process_group)
+    close_process_group_at_exit()
     return dist.get_world_size() > 1
+
+
+_closing_registered = False
+
+
+def close_process_group_at_exit() -> None:
+    """Close the default process group when the interpreter ends, if one is open then.
+
+    A gloo group still alive at interpreter shutdown can abort a process that finished all its work
+    ("terminate called without an active exception", exit code 134); Lightning opens the group for a
+    fit and leaves it open."""
+    global _closing_registered
+    if not _closing_registered and dist.is_available() and dist.is_initialized():
+        atexit.register(_destroy_process_group)
+        _closing_registered = True
 
 
 def _destroy_process_group() -> None:

@@ -19,6 +19,7 @@ import lightning as L
 import torch
 
 from hf_lightning.adapters.allocator import retain_freed_memory
+from hf_lightning.adapters.evaluation import close_process_group_at_exit
 from hf_lightning.adapters.module import HFModule
 from hf_lightning.adapters.plan import to_lightning
 from hf_lightning.adapters.windows import AccumulationWindows
@@ -153,6 +154,7 @@ def run_fit(request: FitRequest) -> HFModule:
             engine = L.Trainer(**kwargs)
             engine.fit(module, train_dataloaders=windows)
     finally:
+        close_process_group_at_exit()  # the group Lightning opened
         # Lightning's LightningEnvironment.teardown deletes WORLD_SIZE; the next train() in this
         # process (and to_lightning) must still see the launcher's world.
         if world_size is not None:

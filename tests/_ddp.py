@@ -11,6 +11,7 @@ from pathlib import Path
 __all__ = ["run_ranks"]
 
 ROOT = str(Path(__file__).resolve().parents[1])  # on the workers' PYTHONPATH, for `tests.*`
+RANK_MAIN = str(Path(__file__).with_name("_rank_main.py"))  # runs the script, then closes its group
 
 
 def _free_port() -> int:
@@ -47,10 +48,12 @@ def run_ranks(
     timeout: float = 300,
     check: bool = True,
     launcher: str = "torchrun",
+    close_group: bool = True,
 ) -> list[tuple[int, str]]:
     """Run ``python script *args`` once per rank and wait; fails with a rank's log when one exits non-zero
     (with ``check``). Returns each rank's exit code and output. ``launcher="srun"`` gives each process
-    the variables of an ``srun`` task instead of torchrun's."""
+    the variables of an ``srun`` task instead of torchrun's. With ``close_group`` each process closes its
+    process group after the script (transformers.Trainer leaves it open: see ``_rank_main.py``)."""
     port = str(_free_port())
     procs = []
     inherited = {
@@ -69,7 +72,7 @@ def run_ranks(
         }
         procs.append(
             subprocess.Popen(
-                [sys.executable, script, *args],
+                [sys.executable, *([RANK_MAIN] if close_group else []), script, *args],
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -1,0 +1,55 @@
+"""A script that trains with hf_lightning.Trainer on 2 CPU processes (gloo) ends with its process group closed.
+
+Lightning opens the group for the fit and leaves it open; a gloo group still alive when the interpreter
+ends can abort a process whose work is done ("terminate called without an active exception", exit code
+134). The test launches this file as 2 processes, without the test launcher's own closing. Each process
+registers, before training, an exit handler that records whether the group is still open when it runs
+(exit handlers run last-registered first, so it runs after any handler the Trainer registers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests._ddp import run_ranks
+
+pytestmark = [pytest.mark.ddp, pytest.mark.slow]
+
+
+def test_the_process_group_is_closed_when_the_script_ends(tmp_path: Path):
+    results = run_ranks(__file__, [str(tmp_path)], close_group=False)
+    assert [code for code, _ in results] == [0, 0]
+    for rank in range(2):
+        record = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert record == {"open_after_train": True, "open_at_exit": False}
+
+
+def _record(path: Path, open_after_train: list[bool]) -> None:
+    import torch.distributed as dist
+
+    open_at_exit = dist.is_initialized()
+    path.write_text(json.dumps({"open_after_train": open_after_train[0], "open_at_exit": open_at_exit}))
+
+
+if __name__ == "__main__":
+    import torch.distributed as dist
+
+    from hf_lightning import Trainer, TrainingArguments
+    from tests.tiny import RegressionModel, regression_data
+
+    torch.set_num_threads(1)
+    out = Path(sys.argv[1])
+    seen: list[bool] = []
+    atexit.register(_record, out / f"rank{os.environ['RANK']}.json", seen)
+    args = TrainingArguments(
+        str(out / "run"), use_cpu=True, report_to="none", save_strategy="no", max_steps=2, disable_tqdm=True
+    )
+    Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16)).train()
+    seen.append(dist.is_initialized())
