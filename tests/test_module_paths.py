@@ -61,7 +61,8 @@ def _cases() -> list[tuple[str, str]]:
             for name in dir(theirs)
             if not name.startswith("_") and not inspect.ismodule(getattr(theirs, name))
         }
-        cases += [(module, name) for name in sorted(public & implemented)]
+        # each module's ``logger`` is its own (test_module_loggers_carry_transformers_warnings)
+        cases += [(module, name) for name in sorted(public & implemented) if name != "logger"]
     return [case for case in cases if case not in SAME_NAME_OTHER_THING]
 
 
@@ -102,3 +103,43 @@ def test_logging_has_transformers_verbosity_api():
         "CRITICAL", "FATAL", "WARN", "NOTSET",
     ]  # fmt: skip
     assert [n for n in api if hasattr(theirs, n) and not hasattr(ours, n)] == []
+
+
+def test_trainer_module_names():
+    """``from transformers.trainer import DEFAULT_CALLBACKS, TRAINER_STATE_NAME`` works swapped."""
+    from transformers import trainer as theirs
+
+    from hf_lightning.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, TRAINER_STATE_NAME
+
+    assert [cb.__name__ for cb in DEFAULT_CALLBACKS] == [cb.__name__ for cb in theirs.DEFAULT_CALLBACKS]
+    assert DEFAULT_PROGRESS_CALLBACK.__name__ == theirs.DEFAULT_PROGRESS_CALLBACK.__name__
+    assert TRAINER_STATE_NAME == theirs.TRAINER_STATE_NAME
+
+
+def _regression_trainer(out, callbacks=None, **kwargs):
+    from hf_lightning import Trainer, TrainingArguments
+    from tests.tiny import RegressionModel, regression_data
+
+    args = TrainingArguments(str(out), report_to="none", disable_tqdm=True, use_cpu=True, **kwargs)
+    data = regression_data(16)
+    return Trainer(RegressionModel(), args, train_dataset=data, eval_dataset=data, callbacks=callbacks)
+
+
+def test_module_loggers_carry_transformers_warnings(tmp_path):
+    """A test that patches ``transformers.trainer_callback.logger.warning`` or ``transformers.trainer.logger
+    .warning`` sees the same warning, formatted, through hf_lightning's module of the same path."""
+    from unittest.mock import patch
+
+    from hf_lightning import EarlyStoppingCallback, PrinterCallback
+
+    with patch("hf_lightning.trainer_callback.logger.warning") as warn:
+        _regression_trainer(tmp_path / "dup", callbacks=[PrinterCallback, PrinterCallback])
+    assert "PrinterCallback" in warn.call_args[0][0] and "already one" in warn.call_args[0][0]
+
+    steps = dict(save_strategy="steps", eval_strategy="steps", save_steps=2, eval_steps=2, max_steps=2)
+    first = _regression_trainer(tmp_path, [EarlyStoppingCallback()], load_best_model_at_end=True, **steps)
+    first.train()
+    resumed = _regression_trainer(tmp_path, restore_callback_states_from_checkpoint=True, **steps)
+    with patch("hf_lightning.trainer.logger.warning") as warn:
+        resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert "EarlyStoppingCallback" in warn.call_args[0][0]

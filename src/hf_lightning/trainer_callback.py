@@ -15,6 +15,7 @@ from hf_lightning.callbacks import (
     TrainerControl,
     TrainerState,
 )
+from hf_lightning.callbacks.handler import logger
 from hf_lightning.trainer_utils import has_length
 
 __all__ = [
@@ -31,4 +32,5 @@ __all__ = [
     "TrainerState",
     "TrainingArguments",
     "has_length",
+    "logger",
 ]

@@ -40,11 +40,10 @@ class CallbackHandler(TrainerCallback):
         from hf_lightning.callbacks.builtin import DefaultFlowCallback
 
         if not any(isinstance(cb, DefaultFlowCallback) for cb in self.callbacks):
-            logger.warning(  # transformers' words, to the character
+            logger.warning(  # transformers' words, to the character, formatted before the call as there
                 "The Trainer will not work properly if you don't have a `DefaultFlowCallback` in its callbacks. You\n"
                 "should add one before training with `trainer.add_callback(DefaultFlowCallback). The current list of"
-                "callbacks is\n:%s",
-                self.callback_list,
+                f"callbacks is\n:{self.callback_list}"
             )
 
     # --- Managing the list ---
@@ -54,11 +53,9 @@ class CallbackHandler(TrainerCallback):
         instance = callback() if isinstance(callback, type) else callback
         cls = callback if isinstance(callback, type) else type(callback)
         if cls in [type(cb) for cb in self.callbacks]:
-            logger.warning(  # transformers' words, to the character
-                "You are adding a %s to the callbacks of this Trainer, but there is already one. The current"
-                "list of callbacks is\n:%s",
-                cls,
-                self.callback_list,
+            logger.warning(  # transformers' words, to the character, formatted before the call as there
+                f"You are adding a {cls} to the callbacks of this Trainer, but there is already one. The current"
+                f"list of callbacks is\n:{self.callback_list}"
             )
         self.callbacks.append(instance)
 

@@ -1,9 +1,26 @@
 """The facade: ``Trainer`` and ``Seq2SeqTrainer``, composed of named parts; the only part of
-``hf_lightning`` (outside ``hf_lightning.adapters``) that imports the engine adapters."""
+``hf_lightning`` (outside ``hf_lightning.adapters``) that imports the engine adapters.
+
+Also ``transformers.trainer``'s module-level names a script or test may import from it
+(``DEFAULT_CALLBACKS``, ``TRAINER_STATE_NAME``, ``logger``).
+"""
 
 from __future__ import annotations
 
-from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
-from hf_lightning.trainer.trainer import Trainer
+import logging
 
-__all__ = ["Seq2SeqTrainer", "Trainer"]
+from hf_lightning.checkpoint.folders import TRAINER_STATE_NAME
+from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
+from hf_lightning.trainer.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, Trainer
+
+logger = logging.getLogger(__name__)
+"""The facade's logger for warnings about the run's configuration (transformers.trainer's ``logger``)."""
+
+__all__ = [
+    "DEFAULT_CALLBACKS",
+    "DEFAULT_PROGRESS_CALLBACK",
+    "TRAINER_STATE_NAME",
+    "Seq2SeqTrainer",
+    "Trainer",
+    "logger",
+]

@@ -100,8 +100,8 @@ def _restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, 
             else:
                 rebuilt.append(new)
                 handler.remove_callback(type(new))
-    if missing:
-        logger.warning(
+    if missing:  # the package logger: transformers.trainer's, where a script looks for it
+        logging.getLogger("hf_lightning.trainer").warning(
             "Checkpoint included callbacks not included in current configuration. "
             f"Ignoring. ({', '.join(missing)})"
         )

@@ -68,6 +68,11 @@ __all__ = ["Trainer"]
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
+"""The callbacks every ``Trainer`` starts with (before the ``report_to`` ones), as in transformers."""
+DEFAULT_PROGRESS_CALLBACK: type[TrainerCallback] = ProgressCallback
+"""The progress callback unless ``disable_tqdm`` (then ``PrinterCallback``)."""
+
 
 class Trainer:
     """Train, evaluate and predict with an HF-convention model, on Lightning.
@@ -157,7 +162,7 @@ class Trainer:
         """``DefaultFlowCallback``, the report_to callbacks, the user's callbacks, then the progress bar."""
         from hf_lightning.adapters.callbacks.reporting import reporting_callbacks
 
-        default_callbacks: list[Any] = [DefaultFlowCallback, *reporting_callbacks(self.args)]
+        default_callbacks: list[Any] = [*DEFAULT_CALLBACKS, *reporting_callbacks(self.args)]
         self.callback_handler = CallbackHandler(
             default_callbacks + list(callbacks or []),
             self.model,
@@ -165,7 +170,7 @@ class Trainer:
             self.optimizer,
             self.lr_scheduler,
         )
-        self.add_callback(PrinterCallback if self.args.disable_tqdm else ProgressCallback)
+        self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
 
     def _default_collator(self) -> Callable:
         if self.processing_class is not None and hasattr(self.processing_class, "pad"):
