@@ -172,6 +172,42 @@ def test_incomplete_sharded_index_is_skipped_by_resume_true(tmp_path, caplog):
     assert "model-00001-of-00002.safetensors" in _messages(caplog)
 
 
+def _reshard(folder: str) -> list[str]:
+    """Lay model.safetensors out again as an index and one shard per tensor, as a user's conversion does."""
+    state = safetensors.torch.load_file(f"{folder}/model.safetensors")
+    os.remove(f"{folder}/model.safetensors")
+    shards = {key: f"model-{i + 1:05d}-of-{len(state):05d}.safetensors" for i, key in enumerate(state)}
+    for key, shard in shards.items():
+        safetensors.torch.save_file({key: state[key]}, f"{folder}/{shard}")
+    with open(f"{folder}/model.safetensors.index.json", "w") as handle:
+        json.dump({"metadata": {}, "weight_map": shards}, handle)
+    return sorted(shards.values())
+
+
+def test_weights_laid_out_again_as_shards_resume_as_saved(tmp_path):
+    """A checkpoint whose model.safetensors was converted to an index and shards (transformers' own tests do
+    this) is not damage: it resumes, to the weights of the run that was not interrupted."""
+    out = _trained(tmp_path)
+    _reshard(f"{out}/checkpoint-2")
+    trainer = _trainer(tmp_path / "again", max_steps=4, save_steps=2)
+    trainer.train(resume_from_checkpoint=f"{out}/checkpoint-2")
+    whole = safetensors.torch.load_file(f"{out}/checkpoint-4/model.safetensors")
+    assert {k: v.item() for k, v in trainer.model.state_dict().items()} == {
+        k: v.item() for k, v in whole.items()
+    }
+
+
+def test_weights_laid_out_again_with_a_shard_lost_are_damage(tmp_path):
+    """The same conversion with one shard gone raises CheckpointError naming the missing shard."""
+    out = _trained(tmp_path)
+    lost = _reshard(f"{out}/checkpoint-2")[0]
+    os.remove(f"{out}/checkpoint-2/{lost}")
+    with pytest.raises(
+        CheckpointError, match=rf"shards \['{lost}'\] listed in model\.safetensors\.index\.json"
+    ):
+        _trainer(tmp_path, max_steps=4, save_steps=2).train(resume_from_checkpoint=f"{out}/checkpoint-2")
+
+
 def test_bit_flip_in_weights_is_caught_by_the_manifest(tmp_path):
     """A flipped bit inside model.safetensors' tensor data (headers intact) raises CheckpointError naming it."""
     out = _trained(tmp_path)

@@ -116,6 +116,8 @@ def _checksum_problem(folder: str, listed: dict[str, dict[str, Any]]) -> str | N
         if not os.path.isfile(path):
             if os.path.basename(rel) in OPTIONAL_STATE_FILES or _is_rng_file(rel):
                 continue  # reported by missing_listed_files: the caller decides
+            if _WEIGHTS_FILE_RE.match(rel) and _complete_weights(folder):
+                continue  # the weights were laid out again (one file <-> index and shards): checked by structure
             return f"`{path}` was saved with the checkpoint but is missing"
         size = os.path.getsize(path)
         if size != entry["size"]:
@@ -126,6 +128,28 @@ def _checksum_problem(folder: str, listed: dict[str, dict[str, Any]]) -> str | N
             continue
         return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
     return None
+
+
+# transformers' model weight files: one file, an index, or a shard of an index
+_WEIGHTS_FILE_RE = re.compile(r"(model|pytorch_model)(-\d+-of-\d+)?\.(safetensors|bin)(\.index\.json)?$")
+_WEIGHTS_NAMES = ("model.safetensors", "pytorch_model.bin")
+
+
+def _complete_weights(folder: str) -> bool:
+    """Whether ``folder`` holds whole model weights in one of transformers' layouts: a single weights
+    file, or an index whose every shard is there."""
+    for name in _WEIGHTS_NAMES:
+        if os.path.isfile(os.path.join(folder, name)):
+            return True
+        index = os.path.join(folder, name + ".index.json")
+        if os.path.isfile(index):
+            try:
+                with open(index, encoding="utf-8") as handle:
+                    shards = set(json.load(handle)["weight_map"].values())
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return False
+            return bool(shards) and all(os.path.isfile(os.path.join(folder, shard)) for shard in shards)
+    return False
 
 
 def _is_rng_file(rel: str) -> bool:
