@@ -248,6 +248,44 @@ def test_a_handler_on_the_transformers_trainer_logger_receives_ours():
     assert stream.getvalue() == "seen\n"
 
 
+def test_a_capture_logger_on_the_transformers_library_logger_receives_ours():
+    """transformers' tests capture with ``CaptureLogger(transformers.logging.get_logger())``: a handler on
+    the library logger receives our records as it receives transformers' (propagation), and transformers'
+    own stderr handler does not print them a second time."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as tf_logging
+
+    install_twin_filters()
+    library = tf_logging.get_logger()  # also installs transformers' stderr handler
+    theirs = io.StringIO()
+    previous = tf_logging._default_handler.setStream(theirs)
+    try:
+        with CaptureLogger(library) as captured:
+            logging.getLogger("hf_lightning.callbacks.handler").warning("seen once")
+    finally:
+        tf_logging._default_handler.setStream(previous)
+    assert captured.out == "seen once\n"
+    assert theirs.getvalue() == ""
+
+
+def test_propagation_off_inside_transformers_stops_there():
+    """A twin with ``propagate=False`` keeps our records from the library logger's handlers, as it would
+    keep transformers' own."""
+    stream = io.StringIO()
+    library = logging.getLogger("transformers")
+    handler = logging.StreamHandler(stream)
+    library.addHandler(handler)
+    twin = logging.getLogger("transformers.trainer")
+    twin.propagate = False
+    try:
+        install_twin_filters()
+        logging.getLogger("hf_lightning.trainer.train").warning("kept inside")
+    finally:
+        twin.propagate = True
+        library.removeHandler(handler)
+    assert stream.getvalue() == ""
+
+
 @dataclasses.dataclass
 class _ArgsWithDtype(TrainingArguments):
     dtype: torch.dtype = torch.bfloat16

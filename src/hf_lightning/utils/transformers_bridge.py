@@ -10,7 +10,9 @@ Trainer API swapped for hf_lightning's, two bridges keep those settings meaningf
 - **twin loggers**: each hf_lightning module speaking for a transformers module has a *twin* logger
   (``hf_lightning.trainer.*`` -> ``transformers.trainer``, see :data:`TWINS`). A record of ours is
   dropped when its twin is disabled, has a level of its own above the record's, or a filter of its own
-  rejects it; handlers attached to the twin itself receive it too.
+  rejects it; handlers attached to the twin or to its ancestors up to the ``transformers`` logger (a
+  ``CaptureLogger(transformers.logging.get_logger())``) receive it too, transformers' own stderr handler
+  excepted.
 """
 
 from __future__ import annotations
@@ -105,15 +107,39 @@ class TwinLoggerFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         name = twin_of(record.name)
-        twin = logging.Logger.manager.loggerDict.get(name) if name else None
-        if not isinstance(twin, logging.Logger):
+        if name is None:
             return True
-        if twin.disabled or record.levelno < twin.level or not twin.filter(record):
+        twin = _existing(name)
+        if twin is not None and (twin.disabled or record.levelno < twin.level or not twin.filter(record)):
             return False
-        for handler in twin.handlers:
+        # a twin transformers never created: its nearest existing ancestor's handlers still apply
+        start = twin or _existing(_TRANSFORMERS_ROOT)
+        for handler in _propagation_handlers(start) if start is not None else []:
             if record.levelno >= handler.level:
                 handler.handle(record)
         return True
+
+
+def _existing(name: str) -> logging.Logger | None:
+    logger = logging.Logger.manager.loggerDict.get(name) if name else None
+    return logger if isinstance(logger, logging.Logger) else None
+
+
+def _propagation_handlers(twin: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of ``twin`` meets inside transformers' namespace, as propagation goes (the
+    twin's, then its ancestors' up to the ``transformers`` library logger: a ``CaptureLogger`` on
+    ``transformers.logging.get_logger()``), without transformers' own stderr handler, which would print
+    our line a second time."""
+    default = getattr(sys.modules.get("transformers.utils.logging"), "_default_handler", None)
+    found: list[logging.Handler] = []
+    logger: logging.Logger | None = twin
+    while logger is not None and (logger.name + ".").startswith(_TRANSFORMERS_ROOT + "."):
+        found += [handler for handler in logger.handlers if handler is not default]
+        if not logger.propagate:
+            break
+        parent = logger.parent
+        logger = parent if isinstance(parent, logging.Logger) else None
+    return found
 
 
 _TWIN_FILTER = TwinLoggerFilter()
