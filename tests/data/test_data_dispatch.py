@@ -145,3 +145,9 @@ def test_dataloader_drop_last_drops_the_last_partial_batch_of_a_stream(tmp_path)
         seen[drop] = model.seen
     assert seen[False] == [[0, 1], [2, 3], [4], [0, 1]]
     assert seen[True] == [[0, 1], [2, 3], [0, 1], [2, 3]]
+
+
+def test_total_batch_size_counts_every_process():
+    """A dispatched stream's ``total_batch_size`` is one step's batch over every process, as accelerate's."""
+    assert DispatchedBatches(DataLoader(list(range(10)), batch_size=3), 2, 1).total_batch_size == 6
+    assert DispatchedBatches([[1, 2]], 2, 0).total_batch_size is None  # a plain iterable: unknown

@@ -218,3 +218,29 @@ def test_label_smoothing_with_a_multi_label_classifier_warns_and_is_off(tmp_path
         RegressionModel(), _args(hf_lightning, tmp_path / "s", label_smoothing_factor=0.1)
     )
     assert smoothed.label_smoother is not None and smoothed.label_smoother.epsilon == 0.1
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_dataloaders_report_transformers_sizes(tmp_path, drop_last):
+    """get_train/eval/test_dataloader: the same length and ``total_batch_size`` as transformers' prepared
+    loaders (66 training rows in batches of 16, 74 evaluation rows in batches of 32)."""
+    seen = {}
+    for name, lib in LIBS.items():
+        args = _args(
+            lib,
+            tmp_path / name,
+            per_device_train_batch_size=16,
+            per_device_eval_batch_size=32,
+            dataloader_drop_last=drop_last,
+        )
+        trainer = lib.Trainer(
+            RegressionModel(), args, train_dataset=regression_data(66), eval_dataset=regression_data(74)
+        )
+        loaders = [
+            trainer.get_train_dataloader(),
+            trainer.get_eval_dataloader(),
+            trainer.get_test_dataloader(regression_data(128)),
+        ]
+        seen[name] = [(len(loader), loader.total_batch_size) for loader in loaders]
+    assert seen["ours"] == seen["hf"]
+    assert seen["ours"][0] == (4 if drop_last else 5, 16)

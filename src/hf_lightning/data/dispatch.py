@@ -57,6 +57,10 @@ class DispatchedBatches:
         self.drop_last = drop_last
         self.seed = seed
         self.epoch = 0
+        self.total_batch_size: int | None = getattr(loader, "batch_size", None)
+        """One step's batch over every process (set by the Trainer's loader builder)."""
+        if self.total_batch_size is not None:
+            self.total_batch_size *= num_processes
 
     @property
     def dataset(self) -> Any:

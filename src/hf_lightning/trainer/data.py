@@ -187,7 +187,17 @@ class DataLoaderBuilder:
         sampler_fn: Any = None,
         is_training: bool = False,
     ) -> DataLoader | DispatchedBatches:
-        """``Trainer._get_dataloader``: columns, collator, sampler and workers for ``dataset``."""
+        """``Trainer._get_dataloader``: columns, collator, sampler and workers for ``dataset``.
+
+        The loader's ``total_batch_size`` is the batch of one step over every process (accelerate's
+        prepared loaders, which transformers returns, have it)."""
+        loader = self._build(dataset, description, batch_size, sampler_fn, is_training)
+        loader.total_batch_size = batch_size * max(1, self.trainer.args.world_size)
+        return loader
+
+    def _build(
+        self, dataset: Any, description: str, batch_size: int, sampler_fn: Any, is_training: bool
+    ) -> DataLoader | DispatchedBatches:
         args = self.trainer.args
         lengths = None
         if (
