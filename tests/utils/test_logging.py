@@ -268,6 +268,27 @@ def test_a_capture_logger_on_the_transformers_library_logger_receives_ours():
     assert theirs.getvalue() == ""
 
 
+def test_a_handler_on_both_the_root_and_transformers_gets_our_record_once():
+    """pytest's capture handler sits on the root logger and on every non-propagating one (``transformers``):
+    our record reaches it once, by our own propagation."""
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Collect()
+    for name in ("", "transformers"):
+        logging.getLogger(name).addHandler(handler)
+    try:
+        install_twin_filters()
+        logging.getLogger("hf_lightning.trainer.train").warning("once")
+    finally:
+        for name in ("", "transformers"):
+            logging.getLogger(name).removeHandler(handler)
+    assert [r.getMessage() for r in records] == ["once"]
+
+
 def test_propagation_off_inside_transformers_stops_there():
     """A twin with ``propagate=False`` keeps our records from the library logger's handlers, as it would
     keep transformers' own."""

@@ -114,10 +114,27 @@ class TwinLoggerFilter(logging.Filter):
             return False
         # a twin transformers never created: its nearest existing ancestor's handlers still apply
         start = twin or _existing(_TRANSFORMERS_ROOT)
+        # each handler gets the record once: one also on our own propagation path (pytest's capture
+        # handlers sit on the root and on every non-propagating logger, ``transformers`` included) is left
+        # to that path
+        ours = _reached_handlers(logging.getLogger(record.name))
         for handler in _propagation_handlers(start) if start is not None else []:
-            if record.levelno >= handler.level:
+            if record.levelno >= handler.level and handler not in ours:
                 handler.handle(record)
         return True
+
+
+def _reached_handlers(logger: logging.Logger) -> list[logging.Handler]:
+    """The handlers a record of ``logger`` reaches by ordinary propagation."""
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:
+        found += current.handlers
+        if not current.propagate:
+            break
+        parent = current.parent
+        current = parent if isinstance(parent, logging.Logger) else None
+    return found
 
 
 def _existing(name: str) -> logging.Logger | None:
