@@ -351,3 +351,13 @@ def test_stable_adamw_trains_on_cpu_when_triton_is_installed(tmp_path, monkeypat
     before = next(model.parameters()).detach().clone()
     optimizer.step()
     assert not torch.equal(next(model.parameters()), before)
+
+
+def test_bitsandbytes_optimizers_need_the_optim_submodule(monkeypatch, tmp_path):
+    """With ``bitsandbytes`` imported but ``bitsandbytes.optim`` unimportable (transformers' own test pretends
+    so), the 8-bit names raise ImportError naming the extra, as transformers' ``from bitsandbytes.optim
+    import ...`` does."""
+    pytest.importorskip("bitsandbytes.optim")  # imported: the package's ``optim`` attribute is set
+    monkeypatch.setitem(sys.modules, "bitsandbytes.optim", None)
+    with pytest.raises(ImportError, match=r"optim='adamw_bnb_8bit'.*hf-lightning\[bitsandbytes\]"):
+        get_optimizer_cls_and_kwargs(make_args(tmp_path, optim="adamw_bnb_8bit"))

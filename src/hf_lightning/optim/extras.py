@@ -75,7 +75,7 @@ def strtobool(value: str) -> bool:
 
 
 def _bitsandbytes(r: OptimizerRequest) -> tuple[Any, dict[str, Any]]:
-    optim = r.require("bitsandbytes").optim
+    optim = r.require("bitsandbytes.optim")
     extra: dict[str, Any] = r.adam_kwargs
     if "adam" in r.name:
         cls = optim.AdamW

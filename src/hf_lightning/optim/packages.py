@@ -67,9 +67,12 @@ def package_at_least(module: str, version: str) -> bool:
 def require_package(module: str, wanted_by: str, min_version: str | None = None) -> ModuleType:
     """Import ``module`` or raise ``ImportError`` naming ``wanted_by``, the package and its extra.
 
-    ``wanted_by`` is what asked for it, e.g. ``"TrainingArguments(optim='lomo')"``.
+    ``wanted_by`` is what asked for it, e.g. ``"TrainingArguments(optim='lomo')"``. ``module`` may name a
+    submodule of a listed package (``"bitsandbytes.optim"``): it is imported itself, as ``from
+    bitsandbytes.optim import AdamW`` would.
     """
-    install, distribution = OPTIONAL_PACKAGES[module]
+    package = module.partition(".")[0]
+    install, distribution = OPTIONAL_PACKAGES[package]
     try:
         imported = importlib.import_module(module)
     except ImportError as error:
@@ -77,8 +80,8 @@ def require_package(module: str, wanted_by: str, min_version: str | None = None)
             f"`{wanted_by}` needs the `{distribution}` package, which is not installed: {install}"
         ) from error
     if min_version is not None:
-        if not package_at_least(module, min_version):
-            found = package_version(module)
+        if not package_at_least(package, min_version):
+            found = package_version(package)
             raise ImportError(
                 f"`{wanted_by}` needs `{distribution}>={min_version}` (found {found}): {install}"
             )
