@@ -58,7 +58,7 @@ class DispatchedBatches:
         self.seed = seed
         self.epoch = 0
         self.total_batch_size: int | None = getattr(loader, "batch_size", None)
-        """One step's batch over every process (set by the Trainer's loader builder)."""
+        """One step's batch over every process (the inner loader's batch on each of them), as accelerate's."""
         if self.total_batch_size is not None:
             self.total_batch_size *= num_processes
 

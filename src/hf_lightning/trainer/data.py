@@ -189,10 +189,11 @@ class DataLoaderBuilder:
     ) -> DataLoader | DispatchedBatches:
         """``Trainer._get_dataloader``: columns, collator, sampler and workers for ``dataset``.
 
-        The loader's ``total_batch_size`` is the batch of one step over every process (accelerate's
-        prepared loaders, which transformers returns, have it)."""
+        A DataLoader's ``total_batch_size`` is the batch of one step over every process (accelerate's
+        prepared loaders, which transformers returns, have it; ``DispatchedBatches`` counts its own)."""
         loader = self._build(dataset, description, batch_size, sampler_fn, is_training)
-        loader.total_batch_size = batch_size * max(1, self.trainer.args.world_size)
+        if isinstance(loader, DataLoader):
+            loader.total_batch_size = batch_size * max(1, self.trainer.args.world_size)
         return loader
 
     def _build(

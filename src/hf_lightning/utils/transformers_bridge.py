@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
 
 __all__ = [
     "TWINS",
@@ -114,27 +115,25 @@ class TwinLoggerFilter(logging.Filter):
             return False
         # a twin transformers never created: its nearest existing ancestor's handlers still apply
         start = twin or _existing(_TRANSFORMERS_ROOT)
-        # each handler gets the record once: one also on our own propagation path (pytest's capture
-        # handlers sit on the root and on every non-propagating logger, ``transformers`` included) is left
-        # to that path
-        ours = _reached_handlers(logging.getLogger(record.name))
-        for handler in _propagation_handlers(start) if start is not None else []:
-            if record.levelno >= handler.level and handler not in ours:
-                handler.handle(record)
+        default = getattr(sys.modules.get("transformers.utils.logging"), "_default_handler", None)
+        theirs = [  # transformers' own stderr handler would print our line a second time
+            handler
+            for logger in _propagation_path(start)
+            if (logger.name + ".").startswith(_TRANSFORMERS_ROOT + ".")
+            for handler in logger.handlers
+            if handler is not default and record.levelno >= handler.level
+        ]
+        if theirs:
+            # each handler gets the record once: one also on our own propagation path (pytest's capture
+            # handlers sit on the root and on every non-propagating logger, ``transformers`` included)
+            # is left to that path
+            ours = {
+                id(h) for logger in _propagation_path(logging.getLogger(record.name)) for h in logger.handlers
+            }
+            for handler in theirs:
+                if id(handler) not in ours:
+                    handler.handle(record)
         return True
-
-
-def _reached_handlers(logger: logging.Logger) -> list[logging.Handler]:
-    """The handlers a record of ``logger`` reaches by ordinary propagation."""
-    found: list[logging.Handler] = []
-    current: logging.Logger | None = logger
-    while current is not None:
-        found += current.handlers
-        if not current.propagate:
-            break
-        parent = current.parent
-        current = parent if isinstance(parent, logging.Logger) else None
-    return found
 
 
 def _existing(name: str) -> logging.Logger | None:
@@ -142,21 +141,13 @@ def _existing(name: str) -> logging.Logger | None:
     return logger if isinstance(logger, logging.Logger) else None
 
 
-def _propagation_handlers(twin: logging.Logger) -> list[logging.Handler]:
-    """The handlers a record of ``twin`` meets inside transformers' namespace, as propagation goes (the
-    twin's, then its ancestors' up to the ``transformers`` library logger: a ``CaptureLogger`` on
-    ``transformers.logging.get_logger()``), without transformers' own stderr handler, which would print
-    our line a second time."""
-    default = getattr(sys.modules.get("transformers.utils.logging"), "_default_handler", None)
-    found: list[logging.Handler] = []
-    logger: logging.Logger | None = twin
-    while logger is not None and (logger.name + ".").startswith(_TRANSFORMERS_ROOT + "."):
-        found += [handler for handler in logger.handlers if handler is not default]
+def _propagation_path(logger: logging.Logger | None) -> Iterator[logging.Logger]:
+    """``logger`` and the ancestors a record of it propagates to (up to the first that stops it)."""
+    while isinstance(logger, logging.Logger):
+        yield logger
         if not logger.propagate:
-            break
-        parent = logger.parent
-        logger = parent if isinstance(parent, logging.Logger) else None
-    return found
+            return
+        logger = logger.parent
 
 
 _TWIN_FILTER = TwinLoggerFilter()
