@@ -12,8 +12,6 @@ pip install -e ".[transformers]".
 
 from __future__ import annotations
 
-import os
-
 from _extras import require
 
 require("transformers", "transformers")
@@ -50,7 +48,8 @@ def main() -> None:
     Trainer(model=model, args=args, train_dataset=data).train()
     local = sum(getattr(p, "to_local", lambda p=p: p)().numel() for p in model.parameters())
     total = sum(p.numel() for p in model.parameters())
-    print(f"rank {os.environ.get('RANK', '0')}: holds {local:,} of {total:,} parameter elements")
+    # the process's rank under torchrun (RANK) or srun (SLURM_PROCID)
+    print(f"rank {args.process_index}: holds {local:,} of {total:,} parameter elements")
 
 
 if __name__ == "__main__":

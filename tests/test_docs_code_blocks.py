@@ -4,7 +4,9 @@
   ones), in a subprocess of their own (pages set environment variables and logging) in an empty folder;
   docs/lightning.md's run one by one in tests/test_docs_lightning.py. docs/distributed.md's run under
   ``torchrun`` with 2 processes (slow), after a prelude that builds the GPT-2 and data they call "yours".
-- ```bash blocks: each is named in ``SHELL`` with the test that runs it.
+- ```bash blocks: each is named in ``SHELL`` with the test that runs it (slow): the README's in a fresh clone
+  with real installs, docs/distributed.md's on this host (two torchrun "machines"; the SLURM recipes under
+  a local stand-in for ``srun`` that gives each task its SLURM variables).
 - ```text blocks are output; docs/optimizers.md's error is compared with the real one, the README's
   quickstart output in tests/test_examples.py (slow).
 """
@@ -52,8 +54,8 @@ SHELL = {
         "tests/test_examples.py::test_the_readme_command_runs_at_full_length[train_fsdp]"
     ),
     "# on machine 0 (HOST) and machine 1, R = 0 and 1": "test_two_machine_torchrun_runs_on_one_host",
-    "#SBATCH --nodes=2 --ntasks-per-node=8 --gpus-per-node=8": "NOT RUN: needs a SLURM cluster",
-    "#SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=8": "NOT RUN: needs a SLURM cluster",
+    "#SBATCH --nodes=2 --ntasks-per-node=8 --gpus-per-node=8": "test_slurm_recipe_runs_under_a_local_srun",
+    "#SBATCH --nodes=2 --ntasks-per-node=1 --gpus-per-node=8": "test_slurm_recipe_runs_under_a_local_srun",
 }
 
 
@@ -204,3 +206,65 @@ def test_two_machine_torchrun_runs_on_one_host(tmp_path):
     for node, log in zip(nodes, logs):
         assert node.returncode == 0, log[-4000:]
     assert "rank 0: holds" in logs[0] and "rank 1: holds" in logs[1]
+
+
+# A local stand-in for srun: SLURM_NNODES x SLURM_NTASKS_PER_NODE tasks of the command on this host, each
+# with the variables srun gives a task; and for scontrol, this host as the allocation's only name.
+_FAKE_SRUN = """#!/usr/bin/env bash
+pids=()
+for ((node = 0; node < SLURM_NNODES; node++)); do
+  for ((task = 0; task < SLURM_NTASKS_PER_NODE; task++)); do
+    SLURM_PROCID=$((node * SLURM_NTASKS_PER_NODE + task)) SLURM_LOCALID=$task SLURM_NODEID=$node "$@" &
+    pids+=($!)
+  done
+done
+rc=0
+for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+exit $rc
+"""
+_FAKE_SCONTROL = "#!/usr/bin/env bash\necho localhost\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tasks_per_node", ["8", "1"], ids=["srun-per-device", "torchrun-per-node"])
+def test_slurm_recipe_runs_under_a_local_srun(tasks_per_node, tmp_path):
+    """Each SLURM recipe of docs/distributed.md, scaled to 2 "nodes" of 1 process on this host, under a
+    local srun stand-in (the variables a task gets, no SLURM): examples/train_fsdp.py as train.py trains
+    on both ranks and each holds its shard."""
+    from tests._ddp import _free_port
+
+    code = next(
+        c
+        for _, c in _shell_blocks()
+        if c.startswith(f"#SBATCH --nodes=2 --ntasks-per-node={tasks_per_node} ")
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # torchrun is torch's console script; this test's venv may lack it (its packages come from another venv)
+    torchrun = f'#!/usr/bin/env bash\nexec "{sys.executable}" -m torch.distributed.run "$@"\n'
+    for name, text in (("srun", _FAKE_SRUN), ("scontrol", _FAKE_SCONTROL), ("torchrun", torchrun)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    script = (
+        code.replace("--nproc_per_node=8", "--nproc_per_node=1")
+        .replace(":29500", f":{_free_port()}")
+        .replace("train.py", str(ROOT / "examples" / "train_fsdp.py"))
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(
+        PATH=os.pathsep.join([str(bin_dir), os.path.dirname(sys.executable), env.get("PATH", "")]),
+        OMP_NUM_THREADS="1",
+        SLURM_NNODES="2",
+        SLURM_NTASKS_PER_NODE="1",  # 8 devices per node in the docs, 1 process here
+        SLURM_NTASKS="2",
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_NODELIST="localhost",
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="train",
+        MASTER_PORT=str(_free_port()),
+    )
+    run = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-4000:]
+    assert "rank 0: holds" in run.stdout and "rank 1: holds" in run.stdout

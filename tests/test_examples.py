@@ -12,6 +12,7 @@ run every README command at its full length.
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 
@@ -99,3 +100,20 @@ def test_the_readme_command_runs_at_full_length(name, tmp_path):
     run = run_in_venv((extra,), example_argv(command), cwd=tmp_path, timeout=1800)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Traceback" not in run.stderr
+    if name == "quickstart":
+        _assert_the_readme_shows_the_quickstart_output(run.stdout)
+
+
+def _assert_the_readme_shows_the_quickstart_output(stdout: str) -> None:
+    """The README's ```text block is the quickstart's stdout: line for line on the Python it names
+    (3.11.7; the runtime figures aside), the same lines with other figures on another patch version."""
+    from tests._docs import blocks
+
+    shown = next(code for lang, code in blocks("README.md") if lang == "text").strip().splitlines()
+    printed = stdout.strip().splitlines()
+    timing = re.compile(r"'train_(runtime|samples_per_second|steps_per_second)': '[^']*'")
+    digits = re.compile(r"\d+(\.\d+)?(e-\d+)?")
+    if sys.version_info[:3] == (3, 11, 7):
+        assert [timing.sub("", x) for x in printed] == [timing.sub("", x) for x in shown]
+    else:  # the help topics differ between patch versions, so the figures do
+        assert [digits.sub("N", x) for x in printed] == [digits.sub("N", x) for x in shown]
