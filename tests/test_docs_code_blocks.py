@@ -41,12 +41,12 @@ data = [{"input_ids": r, "labels": r.clone()} for r in torch.randint(0, 64, (32,
 # Each shell block (its first line) and the test that runs it.
 SHELL = {
     'git clone "$REPO_URL" hf_lightning && cd hf_lightning': "test_readme_commands_in_a_fresh_clone",
-    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 --index-url "
-    'https://download.pytorch.org/whl/cpu && pip install -e ".[transformers]" && python examples/quickstart.py': (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 "
+    '&& pip install -e ".[transformers]" && python examples/quickstart.py': (
         "test_readme_commands_in_a_fresh_clone"
     ),
-    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 --index-url "
-    'https://download.pytorch.org/whl/cpu && pip install -e ".[test]" && python -m pytest -m "not slow"': (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 "
+    '&& pip install -e ".[test]" && python -m pytest -m "not slow"': (
         "test_readme_commands_in_a_fresh_clone (its install; the suite is .ci/run's, "
         "test_ci_runs_the_readme_test_command)"
     ),
