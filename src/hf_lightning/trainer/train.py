@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
+from hf_lightning.checkpoint.lock import claim_output_dir
 from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
@@ -66,6 +67,16 @@ class TrainLauncher:
         t._memory_tracker.start("train")
         t.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
+        args = t.args
+        main, saver = args.process_index == 0 and args.should_save, args.should_save
+        # one job per output_dir (a second one is refused by name), and what a killed save left is removed
+        with claim_output_dir(t._get_output_dir(trial), lock=main, clean=saver):  # checkpoint/lock.py
+            return self._launch(resume_from_checkpoint, trial, ignore_keys_for_eval)
+
+    def _launch(
+        self, resume_from_checkpoint: str | bool | None, trial: Any, ignore_keys_for_eval: list[str] | None
+    ) -> TrainOutput:
+        t = self.trainer
         args = t.args
         if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
             enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
