@@ -25,7 +25,7 @@ import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.lock import claim_output_dir
-from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
+from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args, report_resume_changes
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
@@ -237,6 +237,8 @@ class TrainLauncher:
             if os.path.isfile(path):
                 t.state = TrainerState.load_from_json(path)
                 compare_trainer_and_checkpoint_args(t.args, t.state)  # warn about changed step intervals
+                # ... and (beyond transformers) a length already reached, another schedule or process layout
+                report_resume_changes(t.args, t.state, resume_from_checkpoint, max_steps, t._train_batch_size)
                 if t.state.best_model_checkpoint and not os.path.isdir(t.state.best_model_checkpoint):
                     logger.warning(
                         f"The best checkpoint {t.state.best_model_checkpoint} recorded in the resumed state "
@@ -312,6 +314,7 @@ class TrainLauncher:
         )
         t = self.trainer
         train_loss, steps_run = t.run.train_loss()
+        t.run.report_ignored_labels()  # steps whose labels were all -100, when there were some
         metrics = speed_metrics(
             "train",
             t.run.start_time,
