@@ -140,8 +140,10 @@ def _entry_problem(folder: str, rel: str, entry: dict[str, Any]) -> str | None:
     return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
 
 
-# What a model load never reads: the training state of the checkpoint.
-_TRAINING_STATE = (*OPTIONAL_STATE_FILES, "trainer_state.json", "training_args.bin", "training_args.json")
+# What a model load never reads: the training state of the checkpoint (an engine's optimizer shards too).
+_TRAINING_STATE = (*OPTIONAL_STATE_FILES, "trainer_state.json", "training_args.bin", "training_args.json",
+                   "optimizer.bin", "latest", "zero_to_fp32.py")  # fmt: skip
+_ENGINE_STATE_RE = re.compile(r"^(global_step\d+|optimizer_\d+)/")  # DeepSpeed's engine, FSDP's optimizer
 
 
 def verify_model_files(folder: str | os.PathLike[str]) -> None:
@@ -159,7 +161,7 @@ def verify_model_files(folder: str | os.PathLike[str]) -> None:
         path = os.path.join(folder, MANIFEST_NAME)
         raise CheckpointError(f"`{path}` was saved with the checkpoint but is missing", path)
     for rel in sorted(listed if listed is not None else _files(folder)):
-        if os.path.basename(rel) in _TRAINING_STATE or _is_rng_file(rel):
+        if os.path.basename(rel) in _TRAINING_STATE or _is_rng_file(rel) or _ENGINE_STATE_RE.match(rel):
             continue
         problem = (
             _entry_problem(folder, rel, listed[rel]) if listed is not None else _file_problem(folder, rel)
