@@ -105,9 +105,12 @@ def _schedule_lines(args: Any, saved: dict[str, Any], restored: bool, step: int)
 
 
 def _layout_line(args: Any, saved: dict[str, Any], saved_world: int | None, batch: int) -> str | None:
-    before = (saved_world, saved.get("per_device_train_batch_size"), saved.get("gradient_accumulation_steps"))
-    now = (max(int(args.world_size), 1), batch, args.gradient_accumulation_steps)
-    if None in before or before[:2] == now[:2]:
+    saved_batch, saved_ga = saved.get("per_device_train_batch_size"), saved.get("gradient_accumulation_steps")
+    if saved_world is None or not isinstance(saved_batch, int) or not isinstance(saved_ga, int):
+        return None
+    before = (saved_world, saved_batch, saved_ga)
+    now = (max(int(args.world_size), 1), batch, int(args.gradient_accumulation_steps))
+    if before == now:
         return None
     per_step = (before[0] * before[1] * before[2], now[0] * now[1] * now[2])
     layout = (
@@ -117,7 +120,7 @@ def _layout_line(args: Any, saved: dict[str, Any], saved_world: int | None, batc
     )
     if per_step[0] == per_step[1]:
         return (
-            f"{layout}: a step takes the same samples, but they are split over other processes, so random "
+            f"{layout}: a step takes as many samples, cut into other micro-batches or processes, so random "
             "operations (dropout) draw other numbers than the saved run would have"
         )
     return (

@@ -62,8 +62,6 @@ class TrainLauncher:
     ) -> TrainOutput:
         """``Trainer.train``: apply the trial, build the model, load the weights, run (with batch-size search)."""
         t = self.trainer
-        if resume_from_checkpoint is False:
-            resume_from_checkpoint = None
         t._memory_tracker.start("train")
         t.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
@@ -78,6 +76,8 @@ class TrainLauncher:
     ) -> TrainOutput:
         t = self.trainer
         args = t.args
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
         if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
             enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
             t.model = t.model_wrapped = t.call_model_init(trial)
