@@ -122,6 +122,7 @@ class TrainLoopDriver:
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
         t = self.trainer
         t.current_gradient_accumulation_steps = self.module.window_size
+        t.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
         return t.training_step(model, inputs, num_items_in_batch)
 
     def on_step_begin(self) -> None:
@@ -156,7 +157,8 @@ class TrainLoopDriver:
 
     def on_epoch_end(self) -> None:
         t = self.trainer
-        if self.step < 0:
+        if self.step < 0:  # the epoch yielded no batch: an error before the run's first step, else a warning
+            t.run.empty_epoch()
             t.control.should_training_stop = True
         self._event("on_epoch_end")
         self._log_save_evaluate(self.grad_norm, self.learning_rate)

@@ -55,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "get_cosine_schedule_with_warmup": "optim",
     "Adafactor": "optim",
     "CheckpointError": "checkpoint",
+    "DiskFullError": "checkpoint",
+    "OutputDirBusyError": "checkpoint",
     "DataCollatorWithPadding": "data",
     "logging": "utils",  # transformers.logging's place: hf_lightning.utils.logging
     # facade

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from hf_lightning.checkpoint import find_resumable_checkpoint, is_checkpoint_complete, load_model_weights
+from hf_lightning.checkpoint.leftovers import find_leftovers, remove_leftovers
 from tests._ddp import run_ranks
 from tests.fsdp_checkpoint_worker import run_kind, whole_and_resumed
 from tests.tiny import causal_lm_data, tiny_gpt2
@@ -166,5 +167,7 @@ def test_sigkill_of_one_rank_during_a_sharded_save_leaves_no_complete_folder(tmp
     run_dir = tmp_path / "kill"
     assert not (run_dir / "checkpoint-4").exists()
     staging = run_dir / ".tmp-checkpoint-4"
-    assert (staging / "checkpoint-is-incomplete.txt").is_file()
+    assert not (staging / "checkpoint-is-incomplete.txt").exists()  # rank 0's failed save removed its staging
+    remove_leftovers(run_dir)  # what the next train() does first, had some of it stayed
+    assert find_leftovers(run_dir) == []
     assert find_resumable_checkpoint(run_dir) == str(run_dir / "checkpoint-2")

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
 from hf_lightning.callbacks import ExportableState, TrainerControl
-from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
+from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint, warn_nonfinite_save
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
-from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
+from hf_lightning.checkpoint.rotation import loadable_best_checkpoint, save_tracked_checkpoint
 from hf_lightning.checkpoint.sharded import (
     gathered_model_state,
     load_fsdp_optimizer,
@@ -125,6 +125,7 @@ class CheckpointPolicy:
         self.last_checkpoint: tuple[TrainerState, int] | None = None
         """(state object, step) of the last checkpoint written."""
         self.last_save_seconds: float | None = None
+        self.best_damaged = False  # load-best fell back: the end-of-training pruning deletes nothing
 
     # --- saving ----------------------------------------------------------------------------
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -137,6 +138,7 @@ class CheckpointPolicy:
         if not t.args.should_save:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
+        warn_nonfinite_save(t.model, output_dir, full)  # written as asked, not silently (nonfinite.py)
         save_model(
             t.model, output_dir, processing_class=self.processing_to_save(), args=t.args, state_dict=full
         )
@@ -371,11 +373,11 @@ class CheckpointPolicy:
         """Load the best model (``load_best_model_at_end``); with ``save_total_limit=1`` keep only the best."""
         t = self.trainer
         self.resume_checkpoint = self.rng_pending = None
-        self.resume_for_state = None
+        self.resume_for_state, self.best_damaged = None, False
         best = t.state.best_model_checkpoint
         if t.args.load_best_model_at_end and best is not None:
             t._load_best_model()
-        if t.args.should_save and best is not None and t.args.save_total_limit == 1:
+        if t.args.should_save and best is not None and t.args.save_total_limit == 1 and not self.best_damaged:
             rotate_checkpoints(t._get_output_dir(trial), 1, best, at_train_end=True)
 
     def load_best_model(self) -> None:
@@ -383,8 +385,10 @@ class CheckpointPolicy:
         t = self.trainer
         best = cast(str, t.state.best_model_checkpoint)  # called when there is one
         logger.info("Loading best model from %s (score: %s).", best, t.state.best_metric)
+        folder = loadable_best_checkpoint(best, logger) if os.path.isdir(best) else best  # its manifest first
+        self.best_damaged = folder != best  # (no intact checkpoint left: CheckpointError naming the file)
         try:
-            load_model_weights(t.model, best, strict=True)
+            load_model_weights(t.model, folder, strict=True)
         except CheckpointError as exc:
             if exc.path != os.fspath(best) or os.path.isdir(best):
                 raise

@@ -118,9 +118,19 @@ class EvaluationLoop:
             prediction_loss_only,
             ignore_keys,
         )
+        step = -1
         with engine.session(model):  # a schedule-free optimizer stays in eval mode (saving follows),
             for step, (is_last, inputs) in enumerate(lookahead(dataloader)):  # as in transformers; the
                 self._eval_step(run, model, inputs, step, is_last)  # next training step switches it back
+        if step < 0:  # transformers: silent, metrics of nothing
+            logger.warning(
+                "%s at step %d: the %s dataset is empty (its dataloader yielded no batch), so the `%s_*` "
+                "metrics describe no example.",
+                description,
+                self.trainer.state.global_step,
+                metric_key_prefix,
+                metric_key_prefix,
+            )
         return self._eval_output(run, dataloader, metric_key_prefix)
 
     def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:
