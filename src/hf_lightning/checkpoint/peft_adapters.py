@@ -85,16 +85,38 @@ def has_adapter_weights(folder: str | os.PathLike[str]) -> bool:
     return bool(adapter_folders(folder))
 
 
-def _file_keys(path: str) -> set[str]:
+def _file_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor of an adapter file (a safetensors file from its header)."""
     if path.endswith(".safetensors"):
         try:
             with safe_open(path, framework="pt") as handle:
-                return set(handle.keys())
+                return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
         except Exception as exc:  # safetensors raises its own SafetensorError
             raise CheckpointError(
                 f"Adapter weights `{path}` are truncated or corrupt ({exc}).", path
             ) from exc
-    return set(safe_torch_load(path, "cpu"))
+    return {name: tuple(value.shape) for name, value in safe_torch_load(path, "cpu").items()}
+
+
+def _adapter_problem(model: Any, name: str, path: str) -> str | None:
+    """How the file ``path`` differs from what ``save_pretrained`` writes for adapter ``name``, or ``None``."""
+    from peft.utils import get_peft_model_state_dict  # noqa: PLC0415
+
+    saved = get_peft_model_state_dict(model, adapter_name=name)
+    expected = {key: tuple(value.shape) for key, value in saved.items()}
+    present = _file_shapes(path)
+    missing, unexpected = sorted(set(expected) - set(present)), sorted(set(present) - set(expected))
+    if missing or unexpected:
+        return (
+            f"`{path}` does not match adapter `{name}` of {type(model).__name__}. "
+            f"Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}]"
+        )
+    wrong = sorted(
+        f"{key}: {present[key]} in the file, {shape} in the model"
+        for key, shape in expected.items()
+        if present[key] != shape
+    )
+    return f"`{path}` has other shapes than adapter `{name}`: [{_short(wrong)}]" if wrong else None
 
 
 def _short(names: list[str]) -> str:
@@ -103,8 +125,6 @@ def _short(names: list[str]) -> str:
 
 def _plan(model: Any, folder: str) -> dict[str, str]:
     """The adapter files to load, by adapter name, after checking each against the model's adapter."""
-    from peft.utils import get_peft_model_state_dict  # noqa: PLC0415
-
     saved = adapter_folders(folder)
     plan: dict[str, str] = {}
     problems = []
@@ -114,14 +134,9 @@ def _plan(model: Any, folder: str) -> dict[str, str]:
             where = folder if name == DEFAULT_ADAPTER else os.path.join(folder, name)
             problems.append(f"adapter `{name}` has no {ADAPTER_SAFE_WEIGHTS_NAME} in `{where}`")
             continue
-        expected = set(get_peft_model_state_dict(model, adapter_name=name))
-        present = _file_keys(path)
-        if expected != present:
-            missing, unexpected = sorted(expected - present), sorted(present - expected)
-            problems.append(
-                f"`{path}` does not match adapter `{name}` of {type(model).__name__}. "
-                f"Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}]"
-            )
+        problem = _adapter_problem(model, name, path)
+        if problem is not None:
+            problems.append(problem)
         plan[name] = path
     extra = sorted(set(saved) - set(model.peft_config))
     if extra:

@@ -175,6 +175,34 @@ def _refuse_mismatch(model: nn.Module, folder: str, missing: list[str], unexpect
         )
 
 
+def _refuse_other_shapes(model: nn.Module, folder: str, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """A tensor whose shape differs from the model's is refused before anything is copied (torch would copy
+    the others first, leaving a model of two checkpoints)."""
+    expected = model.state_dict()
+    wrong = sorted(
+        f"{name}: {tuple(shape)} in the checkpoint, {tuple(expected[name].shape)} in the model"
+        for name, shape in shapes.items()
+        if name in expected and tuple(shape) != tuple(expected[name].shape)
+    )
+    if wrong:
+        raise CheckpointError(
+            f"The weights in `{folder}` do not fit {type(model).__name__}, nothing was loaded; other shapes: "
+            f"[{_short(wrong)}].",
+            folder,
+        )
+
+
+def _safetensors_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in a safetensors file, from its header (``{}`` for another format)."""
+    if not path.endswith(".safetensors"):
+        return {}
+    try:
+        with safetensors.safe_open(path, framework="pt") as handle:
+            return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+    except Exception:  # a damaged file: reading it reports what is wrong, naming it
+        return {}
+
+
 def _load_into_sharded(model: nn.Module, folder: str, state: dict[str, torch.Tensor], strict: bool) -> Any:
     """Full weights into a sharded (FSDP2) model; every process reads them and keeps its shard."""
     params = dict(model.named_parameters(remove_duplicate=False))
@@ -243,6 +271,7 @@ def _load_plain(model: nn.Module, folder: str, strict: bool) -> Any:
     for path in paths:  # as from_pretrained: every shard, then the conversion over all of them
         state.update(loader(path))
     state = to_model_state(model, state, folder)
+    _refuse_other_shapes(model, folder, {name: tuple(value.shape) for name, value in state.items()})
     if is_sharded(model):
         return _load_into_sharded(model, folder, state, strict)
     missing, unexpected = _mismatch(model, set(state))
@@ -264,6 +293,8 @@ def _load_shard_by_shard(
     missing, unexpected = _mismatch(model, index_keys)
     if strict:
         _refuse_mismatch(model, folder, missing, unexpected)
+    for path in paths:
+        _refuse_other_shapes(model, folder, _safetensors_shapes(path))
     for path in paths:
         state_dict = loader(path)
         _copy_in(model, state_dict, path)
