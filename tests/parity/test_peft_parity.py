@@ -83,3 +83,33 @@ def test_prompt_tuning_writes_transformers_files(tmp_path):
     assert set(saved) == {"prompt_embeddings"}
     model = runs["ours"].model
     torch.testing.assert_close(saved["prompt_embeddings"], model.get_prompt_embedding_to_save("default"))
+
+
+def test_transformers_resumes_a_mismatched_adapter_silently(tmp_path):
+    """A LoRA-on-q/v checkpoint loaded into a LoRA on k_proj (what resume and load-best call): transformers returns
+    without a word and the adapter is the fresh one; hf_lightning refuses it naming the keys, the model unchanged
+    (docs/divergences.md, the loud table)."""
+    import peft
+    import transformers
+
+    import hf_lightning
+    from hf_lightning.checkpoint import CheckpointError
+    from tests.tiny_loading import tiny_llama
+
+    _run_both(tmp_path, "lora")
+    checkpoint = str(tmp_path / "hf" / "checkpoint-2")
+    for name, lib in (("hf", transformers), ("ours", hf_lightning)):
+        config = peft.LoraConfig(r=4, target_modules=["k_proj"], task_type="CAUSAL_LM")
+        other = peft.get_peft_model(tiny_llama(), config)
+        before = {key: value.clone() for key, value in other.state_dict().items()}
+        args = lib.TrainingArguments(output_dir=str(tmp_path / f"{name}-other"), **BASE_ARGS)
+        trainer = lib.Trainer(model=other, args=args, train_dataset=peft_data("lora"))
+        if name == "hf":
+            trainer._load_from_checkpoint(checkpoint)  # no error, no warning from peft
+        else:
+            with pytest.raises(
+                CheckpointError, match=r"Missing keys: \[.*k_proj.*unexpected keys: \[.*q_proj"
+            ):
+                trainer._load_from_checkpoint(checkpoint)
+        for key, value in other.state_dict().items():
+            assert torch.equal(value, before[key]), key  # transformers: nothing of the checkpoint is in it
