@@ -31,6 +31,7 @@ from hf_lightning.checkpoint.conversion import is_pretrained_model, to_model_sta
 from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_torch_load
 from hf_lightning.checkpoint.peft_adapters import has_adapter_weights, is_peft_model, load_adapter_weights
 from hf_lightning.checkpoint.sharded import (
+    fsdp_root,
     has_sharded_weights,
     is_sharded,
     load_full_model_state,
@@ -177,7 +178,10 @@ def _refuse_mismatch(model: nn.Module, folder: str, missing: list[str], unexpect
 
 def _refuse_other_shapes(model: nn.Module, folder: str, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """A tensor whose shape differs from the model's is refused before anything is copied (torch would copy
-    the others first, leaving a model of two checkpoints)."""
+    the others first, leaving a model of two checkpoints). FSDP1's wrapped modules hold flat shards, whose shapes
+    say nothing of the full tensors: its own state-dict loading checks them."""
+    if fsdp_root(model) is not None:
+        return
     expected = model.state_dict()
     wrong = sorted(
         f"{name}: {tuple(shape)} in the checkpoint, {tuple(expected[name].shape)} in the model"
