@@ -28,6 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from hf_lightning.checkpoint.io import write_training_args
 from hf_lightning.checkpoint.leftovers import TEMPORARY_PATTERNS
+from hf_lightning.checkpoint.peft_adapters import (
+    ADAPTER_CONFIG_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+)
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME
 
 if TYPE_CHECKING:
@@ -40,7 +45,16 @@ logger = logging.getLogger(__name__)
 IGNORE_PATTERNS = ["_*", "checkpoint-*", *TEMPORARY_PATTERNS]
 """Never pushed from output_dir: transformers' private files and checkpoint folders (its own patterns), and
 every name hf_lightning writes only while a save or rotation runs, and its lock (``checkpoint/leftovers.py``)."""
-MODEL_FILES = ("config.json", "generation_config.json", "pytorch_model.bin", "model.safetensors")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "pytorch_model.bin",
+    "model.safetensors",
+    ADAPTER_CONFIG_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+)
+"""A checkpoint's files copied to output_dir for each push: the model's (a ``PeftModel``'s adapter files too)."""
 
 
 class HubPushError(RuntimeError):
