@@ -42,7 +42,7 @@ from hf_lightning.adapters.protocols import LoopDriver
 from hf_lightning.adapters.standalone_driver import StandaloneDriver
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
-from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
+from hf_lightning.loss import LossSettings, compute_model_loss
 from hf_lightning.optim.schedulers import steps_per_update
 
 __all__ = ["HFModule", "StandaloneDriver"]
@@ -366,9 +366,10 @@ class HFModule(L.LightningModule):
 
     def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
         """``num_items_in_batch`` of a window, summed over data-parallel ranks when averaging tokens."""
-        if not self.loss_settings.counts_items():
-            return None
-        count = count_items_in_batch(window, shift_labels=self.loss_settings.shift_labels)
+        # the model's loss rule is asked of the model it trains at the first window (compiled: of the
+        # plain model, which computes the same loss without a recompilation for eval mode)
+        probe = self.model if self.settings.torch_compile else self.train_model
+        count = self.loss_settings.count(probe, window)
         if count is None:
             return None
         count = count.to(self.device)

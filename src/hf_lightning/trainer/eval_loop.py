@@ -41,7 +41,6 @@ from hf_lightning.eval_utils import (
     nested_detach,
     prefix_metric_keys,
 )
-from hf_lightning.loss import count_items_in_batch
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 if TYPE_CHECKING:
@@ -248,7 +247,7 @@ class EvaluationLoop:
         with torch.no_grad(), self.trainer.compute_loss_context_manager():
             if not with_loss:
                 return None, model(**inputs)
-            num_items = self._eval_num_items(inputs)
+            num_items = self._eval_num_items(model, inputs)
             loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
             )
@@ -306,13 +305,9 @@ class EvaluationLoop:
         name = getattr(self.trainer.model, "main_input_name", "input_ids")
         return self.trainer._prepare_inputs({name: inputs[name]})[name]
 
-    def _eval_num_items(self, inputs: dict[str, Any]) -> Any:
+    def _eval_num_items(self, model: nn.Module, inputs: dict[str, Any]) -> Any:
         """``num_items_in_batch`` of one evaluation batch, as transformers counts it."""
-        if "labels" not in inputs or not (
-            self.trainer.model_accepts_loss_kwargs or self.trainer.compute_loss_func is not None
-        ):
-            return None
-        count = count_items_in_batch([inputs], shift_labels=self.trainer.loss_shifts_labels)
+        count = self.trainer.steps.loss_settings().count(model, [inputs])
         if count is None:
             return None
         count = count.to(self.trainer.accelerator.device)
