@@ -231,7 +231,7 @@ class EvaluationLoop:
         if with_loss:
             labels = nested_detach(tuple(inputs.get(name) for name in self.trainer.label_names))
             labels = labels[0] if len(labels) == 1 else labels
-        loss, outputs = self._eval_forward(model, inputs, with_loss)
+        loss, outputs = self._eval_forward(model, inputs, with_loss, prediction_loss_only)
         if prediction_loss_only:
             return loss, None, None
         logits = _logits_of(outputs, list(ignore_keys), with_loss)
@@ -242,12 +242,20 @@ class EvaluationLoop:
             logits = logits[0]
         return loss, logits, labels
 
-    def _eval_forward(self, model: nn.Module, inputs: dict[str, Any], with_loss: bool) -> tuple[Any, Any]:
-        """``(loss or None, outputs)`` of the model on one batch, without gradients."""
+    def _eval_forward(
+        self, model: nn.Module, inputs: dict[str, Any], with_loss: bool, loss_only: bool
+    ) -> tuple[Any, Any]:
+        """``(loss or None, outputs)`` of the model on one batch, without gradients.
+
+        Only the loss wanted, with Liger kernels: the model is asked to skip its logits
+        (``skip_logits=True``), as transformers asks it.
+        """
         with torch.no_grad(), self.trainer.compute_loss_context_manager():
             if not with_loss:
                 return None, model(**inputs)
             num_items = self._eval_num_items(model, inputs)
+            if self.trainer.args.use_liger_kernel and loss_only:
+                inputs = {**inputs, "skip_logits": True}
             loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
             )
