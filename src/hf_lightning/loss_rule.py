@@ -187,10 +187,10 @@ def _counting_rule(total: float, outputs: Any, labels: Any, registry: bool | Non
     """A loss that divides by the count; its shift from the registry, else from the total it divides."""
     if registry is not None:
         return LossRule("count", registry)
-    sums = _cross_entropy_sums(outputs, labels)
-    matching = [shift for shift, (value, _) in (sums or {}).items() if _close(total, value)]
-    if len(matching) == 1:
-        return LossRule("count", matching[0])
+    sums = _cross_entropy_sums(outputs, labels) or {}
+    shift = _best_match(total, {shift: value for shift, (value, _) in sums.items()})
+    if shift is not None:
+        return LossRule("count", shift)
     return LossRule("count", False, shift_known=not _multi_dim(labels))
 
 
@@ -224,14 +224,24 @@ def _from_logits(loss: float, outputs: Any, labels: Any, registry: bool | None) 
     sums = _cross_entropy_sums(outputs, labels)
     if sums is None:
         return None
-    matching = [
-        (reduction, shift)
+    candidates = {
+        (reduction, shift): value
         for shift, (total, items) in sums.items()
         if registry is None or shift == registry
         for reduction, value in (("mean", total / max(items, 1)), ("sum", total))
-        if _close(loss, value)
-    ]
-    return LossRule(*matching[0]) if len(matching) == 1 else None
+    }
+    found = _best_match(loss, candidates)
+    return LossRule(*found) if found is not None else None
+
+
+def _best_match(value: float, candidates: dict[Any, float]) -> Any:
+    """The candidate ``value`` is (within 1e-4, and ten times closer than any other), or None."""
+    errors = sorted((abs(value - c) / max(abs(value), abs(c), 1e-12), key) for key, c in candidates.items())
+    if not errors or errors[0][0] > 1e-4:
+        return None
+    if len(errors) > 1 and errors[1][0] <= max(10 * errors[0][0], 1e-6):
+        return None  # two readings fit this batch alike
+    return errors[0][1]
 
 
 def _cross_entropy_sums(outputs: Any, labels: Any) -> dict[bool, tuple[float, int]] | None:

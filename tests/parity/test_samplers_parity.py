@@ -142,3 +142,20 @@ def test_rebalance_micro_batches_differ_by_design() -> None:
     """
     lengths = bench_lengths(512)
     assert _steps(_ours(lengths, 2)) != _steps(_theirs(lengths, 2))
+
+
+def test_transformers_group_by_length_order_follows_the_global_generator() -> None:
+    """Divergence 14: transformers' LengthGroupedSampler (no generator, as its Trainer builds it) draws its
+    order from the global generator; ours is a function of (seed, epoch) whatever was drawn before."""
+    lengths = LENGTH_TABLES["random"]
+    theirs, ours = (
+        HFLengthGroupedSampler(16, lengths=lengths),
+        LengthGroupedSampler(16, lengths=lengths, seed=0),
+    )
+    torch.manual_seed(0)
+    first_theirs, first_ours = list(theirs), list(ours)
+    torch.rand(3)  # dropout, a random collator, ... drew numbers before the next epoch's iteration
+    torch.manual_seed(0)
+    torch.rand(3)
+    assert list(theirs) != first_theirs
+    assert list(ours) == first_ours
