@@ -94,6 +94,7 @@ class HFModule(L.LightningModule):
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
+        self._clip_order: tuple[int, list[torch.nn.Parameter]] | None = None  # see _clipped_parameters
         self._scheduler_state: dict[str, Any] | None = None  # from a Lightning checkpoint, until restored
 
     def _loss_settings(self, world_size: int) -> LossSettings:
@@ -264,7 +265,9 @@ class HFModule(L.LightningModule):
         return plain
 
     def teardown(self, stage: str) -> None:
-        self._plain_backward = None  # the next fit (another trainer, other callbacks) decides again
+        self._plain_backward = self._clip_order = (
+            None  # the next fit (another trainer, other callbacks) decides again
+        )
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Lightning's transfer, skipped on the CPU when the driver places each micro-batch itself.
@@ -330,12 +333,26 @@ class HFModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
-        params = [p for p in self._optimized_parameters() if p.grad is not None]
+        params = [p for p in self._clipped_parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
         self.last_grad_norm = float(norm)
         self.driver.on_pre_optimizer_step()
 
     # --- helpers ---------------------------------------------------------------------------
+    def _clipped_parameters(self) -> list[torch.nn.Parameter]:
+        """The optimized parameters in the model's order, as transformers clips ``model.parameters()``.
+
+        The order of the per-parameter norms decides the last bits of the total norm (and so of the
+        clipped update); the model's order is found once, again when the optimizer gains parameters.
+        """
+        optimized = self._optimized_parameters()
+        cached = self._clip_order
+        if cached is None or cached[0] != len(optimized):
+            members = {id(p): p for p in optimized}
+            ordered = [p for p in self.model.parameters() if members.pop(id(p), None) is not None]
+            cached = self._clip_order = (len(optimized), ordered + list(members.values()))
+        return cached[1]
+
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer updates (clipped and zeroed each step).
 

@@ -39,7 +39,7 @@ def _run(name: str, batch: int, steps: int, tmp_path) -> list[dict[str, float]]:
         **BASE_ARGS,
     )
     trainer = hf_lightning.Trainer(
-        model=model, args=args, train_dataset=zoo.data(16, 1), data_collator=collate
+        model=model, args=args, train_dataset=zoo.data(16, 1), data_collator=zoo.collator or collate
     )
     trainer.train()
     return step_logs(trainer)

@@ -31,9 +31,12 @@ class ZooRow:
     family: str
     oracle: Callable[..., torch.Tensor] | None = None  # transformers' compute_loss_func, where it needs one
     collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None
-    peft: bool = False  # a PeftModel (checkpoints hold adapter files)
+    peft: Callable[[], nn.Module] | None = None  # a PeftModel's fresh base model (checkpoints hold adapters)
     args: dict[str, Any] = field(default_factory=dict)  # extra TrainingArguments (bf16, checkpointing)
     batch_norm: bool = False  # BatchNorm layers: batch statistics differ between batch sizes
+    ignore_keys: list[str] | None = (
+        None  # outputs left out of predictions (both trainers fail to gather them)
+    )
 
 
 def _t():
@@ -339,17 +342,23 @@ def _llava() -> nn.Module:
     return t.LlavaForConditionalGeneration(config)
 
 
+def _peft_base(kind: str) -> nn.Module:
+    """The base model of a PEFT row, seeded as the row builds it (an adapter checkpoint holds no base weights)."""
+    torch.manual_seed(0)
+    if kind == "lora-encoder":
+        return _bert_like("Bert", "SequenceClassification")
+    return _t().LlamaForCausalLM(_llama_like("Llama"))
+
+
 def _peft(kind: str) -> nn.Module:
     import peft
 
-    t = _t()
+    base = _peft_base(kind)
     if kind == "lora-encoder":
-        base = _bert_like("Bert", "SequenceClassification")
         config: Any = peft.LoraConfig(
             task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"]
         )
     else:
-        base = t.LlamaForCausalLM(_llama_like("Llama"))
         if kind == "lora":
             config = peft.LoraConfig(
                 task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]
@@ -475,6 +484,22 @@ def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
     return batch
 
 
+def seq2seq_collator(start: int, pad: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """``collate`` plus ``decoder_input_ids`` (the labels shifted right, as ``DataCollatorForSeq2Seq`` adds
+    them), so the model also runs when a ``compute_loss_func`` takes the labels away."""
+
+    def collate_seq2seq(features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = collate(features)
+        labels = batch["labels"]
+        decoder = torch.full_like(labels, pad)
+        decoder[:, 0] = start
+        decoder[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, pad)
+        batch["decoder_input_ids"] = decoder
+        return batch
+
+    return collate_seq2seq
+
+
 # --- oracles: what the model's loss means for the whole accumulated batch -----------------------
 def mean_oracle(outputs: Any, labels: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
     """The summed cross-entropy divided by ``num_items_in_batch`` (a mean over the big batch)."""
@@ -582,9 +607,9 @@ ROWS: list[ZooRow] = [
         mean_oracle,
     ),
     # seq2seq
-    ZooRow("t5", _m(_t5), _rows(_seq2seq), "seq2seq", mean_oracle),
-    ZooRow("bart", _m(_bart), _rows(_seq2seq), "seq2seq", mean_oracle),
-    ZooRow("whisper", _m(_whisper), _rows(_speech2text), "seq2seq", mean_oracle),
+    ZooRow("t5", _m(_t5), _rows(_seq2seq), "seq2seq", mean_oracle, seq2seq_collator(0, 0)),
+    ZooRow("bart", _m(_bart), _rows(_seq2seq), "seq2seq", mean_oracle, seq2seq_collator(2, 1)),
+    ZooRow("whisper", _m(_whisper), _rows(_speech2text), "seq2seq", mean_oracle, seq2seq_collator(1, 0)),
     # vision classification
     ZooRow("vit", _m(lambda: _vision("ViT")), _rows(_image(16)), "image_cls"),
     ZooRow(
@@ -621,12 +646,25 @@ ROWS: list[ZooRow] = [
     ),
     # contrastive, vision-language
     ZooRow("clip", _m(_clip), _rows(_image_text), "contrastive"),
-    ZooRow("llava", _m(_llava), _rows(_llava_row), "vlm"),
+    ZooRow("llava", _m(_llava), _rows(_llava_row), "vlm", ignore_keys=["cache", "image_outputs"]),
     # wrappers
-    ZooRow("llama_lora", _m(lambda: _peft("lora")), _CAUSAL, "causal_lm", peft=True),
-    ZooRow("bert_lora", _m(lambda: _peft("lora-encoder")), _SEQ, "seq_cls", mean_oracle, peft=True),
-    ZooRow("llama_prompt_tuning", _m(lambda: _peft("prompt")), _CAUSAL, "causal_lm", peft=True),
-    ZooRow("llama_ia3", _m(lambda: _peft("ia3")), _CAUSAL, "causal_lm", peft=True),
+    ZooRow("llama_lora", _m(lambda: _peft("lora")), _CAUSAL, "causal_lm", peft=lambda: _peft_base("lora")),
+    ZooRow(
+        "bert_lora",
+        _m(lambda: _peft("lora-encoder")),
+        _SEQ,
+        "seq_cls",
+        mean_oracle,
+        peft=lambda: _peft_base("lora-encoder"),
+    ),
+    ZooRow(
+        "llama_prompt_tuning",
+        _m(lambda: _peft("prompt")),
+        _CAUSAL,
+        "causal_lm",
+        peft=lambda: _peft_base("prompt"),
+    ),
+    ZooRow("llama_ia3", _m(lambda: _peft("ia3")), _CAUSAL, "causal_lm", peft=lambda: _peft_base("ia3")),
     ZooRow("llama_grad_ckpt", _m(_llama), _CAUSAL, "causal_lm", args={"gradient_checkpointing": True}),
     ZooRow("llama_bf16", _m(_llama), _CAUSAL, "causal_lm", args={"bf16": True}),
 ]
