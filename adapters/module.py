@@ -29,6 +29,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.adapters.grad_clipping import ClipOrder
 from hf_lightning.adapters.module_checks import (
     batch_rows,
     check_engine_module,
@@ -94,7 +95,7 @@ class HFModule(L.LightningModule):
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
-        self._clip_order: tuple[int, list[torch.nn.Parameter]] | None = None  # see _clipped_parameters
+        self._clip_order = ClipOrder()  # max_grad_norm clips in the model's parameter order
         self._scheduler_state: dict[str, Any] | None = None  # from a Lightning checkpoint, until restored
 
     def _loss_settings(self, world_size: int) -> LossSettings:
@@ -265,9 +266,8 @@ class HFModule(L.LightningModule):
         return plain
 
     def teardown(self, stage: str) -> None:
-        self._plain_backward = self._clip_order = (
-            None  # the next fit (another trainer, other callbacks) decides again
-        )
+        self._plain_backward = None  # the next fit (another trainer, other callbacks) decides again
+        self._clip_order = ClipOrder()
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Lightning's transfer, skipped on the CPU when the driver places each micro-batch itself.
@@ -333,26 +333,13 @@ class HFModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
-        params = [p for p in self._clipped_parameters() if p.grad is not None]
+        ordered = self._clip_order.parameters(self.model, self._optimized_parameters())
+        params = [p for p in ordered if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
         self.last_grad_norm = float(norm)
         self.driver.on_pre_optimizer_step()
 
     # --- helpers ---------------------------------------------------------------------------
-    def _clipped_parameters(self) -> list[torch.nn.Parameter]:
-        """The optimized parameters in the model's order, as transformers clips ``model.parameters()``.
-
-        The order of the per-parameter norms decides the last bits of the total norm (and so of the
-        clipped update); the model's order is found once, again when the optimizer gains parameters.
-        """
-        optimized = self._optimized_parameters()
-        cached = self._clip_order
-        if cached is None or cached[0] != len(optimized):
-            members = {id(p): p for p in optimized}
-            ordered = [p for p in self.model.parameters() if members.pop(id(p), None) is not None]
-            cached = self._clip_order = (len(optimized), ordered + list(members.values()))
-        return cached[1]
-
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the optimizer updates (clipped and zeroed each step).
 
@@ -382,10 +369,8 @@ class HFModule(L.LightningModule):
         )
 
     def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
-        """``num_items_in_batch`` of a window, summed over data-parallel ranks when averaging tokens."""
-        # the model's loss rule is asked of the model it trains at the first window (compiled: of the
-        # plain model, which computes the same loss without a recompilation for eval mode)
-        probe = self.model if self.settings.torch_compile else self.train_model
+        """``num_items_in_batch`` of a window (summed over ranks when averaging tokens); probes the loss rule."""
+        probe = self.model if self.settings.torch_compile else self.train_model  # compiled: the plain model
         count = self.loss_settings.count(probe, window)
         if count is None:
             return None
