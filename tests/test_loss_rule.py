@@ -133,3 +133,30 @@ def test_the_docs_example_runs():
     section = DOC.read_text().split("## The loss rule", 1)[1]
     block = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
     exec(compile(block, "docs/training.md[loss rule]", "exec"), {"__name__": "__main__"})
+
+
+def test_qwen2_vl_shifts_by_the_registry():
+    """Qwen2-VL (a decoder-only vision-language model, loss type ForConditionalGeneration) shifts its labels."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    text = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=96,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 2, 4]},
+    )
+    vision = dict(
+        depth=1,
+        embed_dim=32,
+        hidden_size=32,
+        num_heads=2,
+        patch_size=2,
+        spatial_merge_size=1,
+        temporal_patch_size=1,
+        in_channels=3,
+    )
+    model = Qwen2VLForConditionalGeneration(Qwen2VLConfig(text_config=text, vision_config=vision))
+    assert model.loss_type == "ForConditionalGeneration" and registry_shifts_labels(model) is True

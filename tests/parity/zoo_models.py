@@ -465,9 +465,11 @@ def _image_text(g: torch.Generator) -> dict[str, Any]:
 
 
 def _llava_row(g: torch.Generator) -> dict[str, Any]:
-    text = _ids(g, 6)
-    ids = torch.cat([torch.full((LLAVA_PATCHES,), LLAVA_IMAGE_TOKEN), text])
-    labels = torch.cat([torch.full((LLAVA_PATCHES,), -100), _ragged(g, text)])
+    """A prompt token, the image's tokens, then text; the prompt token is a label too, so a count of the
+    unshifted labels would be one per row too many (the shift matters)."""
+    text = _ids(g, 7)
+    ids = torch.cat([text[:1], torch.full((LLAVA_PATCHES,), LLAVA_IMAGE_TOKEN), text[1:]])
+    labels = torch.cat([text[:1], torch.full((LLAVA_PATCHES,), -100), _ragged(g, text[1:])])
     return {
         "input_ids": ids,
         "attention_mask": torch.ones_like(ids),
