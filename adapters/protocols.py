@@ -97,7 +97,7 @@ class TrainerFacade(Protocol):
     optimizer: Any
     lr_scheduler: Any
     compute_loss_func: Callable[..., Any] | None
-    loss_shifts_labels: bool
+    loss_shifts_labels: bool | None
     callback_handler: CallbackHandler
     state: TrainerState
     control: TrainerControl

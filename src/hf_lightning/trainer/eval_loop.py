@@ -41,7 +41,6 @@ from hf_lightning.eval_utils import (
     nested_detach,
     prefix_metric_keys,
 )
-from hf_lightning.loss import count_items_in_batch
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 if TYPE_CHECKING:
@@ -242,7 +241,7 @@ class EvaluationLoop:
         if with_loss:
             labels = nested_detach(tuple(inputs.get(name) for name in self.trainer.label_names))
             labels = labels[0] if len(labels) == 1 else labels
-        loss, outputs = self._eval_forward(model, inputs, with_loss)
+        loss, outputs = self._eval_forward(model, inputs, with_loss, prediction_loss_only)
         if prediction_loss_only:
             return loss, None, None
         logits = _logits_of(outputs, list(ignore_keys), with_loss)
@@ -253,12 +252,20 @@ class EvaluationLoop:
             logits = logits[0]
         return loss, logits, labels
 
-    def _eval_forward(self, model: nn.Module, inputs: dict[str, Any], with_loss: bool) -> tuple[Any, Any]:
-        """``(loss or None, outputs)`` of the model on one batch, without gradients."""
+    def _eval_forward(
+        self, model: nn.Module, inputs: dict[str, Any], with_loss: bool, loss_only: bool
+    ) -> tuple[Any, Any]:
+        """``(loss or None, outputs)`` of the model on one batch, without gradients.
+
+        Only the loss wanted, with Liger kernels: the model is asked to skip its logits
+        (``skip_logits=True``), as transformers asks it.
+        """
         with torch.no_grad(), self.trainer.compute_loss_context_manager():
             if not with_loss:
                 return None, model(**inputs)
-            num_items = self._eval_num_items(inputs)
+            num_items = self._eval_num_items(model, inputs)
+            if self.trainer.args.use_liger_kernel and loss_only:
+                inputs = {**inputs, "skip_logits": True}
             loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
             )
@@ -316,13 +323,9 @@ class EvaluationLoop:
         name = getattr(self.trainer.model, "main_input_name", "input_ids")
         return self.trainer._prepare_inputs({name: inputs[name]})[name]
 
-    def _eval_num_items(self, inputs: dict[str, Any]) -> Any:
+    def _eval_num_items(self, model: nn.Module, inputs: dict[str, Any]) -> Any:
         """``num_items_in_batch`` of one evaluation batch, as transformers counts it."""
-        if "labels" not in inputs or not (
-            self.trainer.model_accepts_loss_kwargs or self.trainer.compute_loss_func is not None
-        ):
-            return None
-        count = count_items_in_batch([inputs], shift_labels=self.trainer.loss_shifts_labels)
+        count = self.trainer.steps.loss_settings().count(model, [inputs])
         if count is None:
             return None
         count = count.to(self.trainer.accelerator.device)

@@ -20,8 +20,6 @@ from hf_lightning.loss import (
     LabelSmoother,
     LossSettings,
     compute_model_loss,
-    count_items_in_batch,
-    loss_ignores_item_count,
     loss_is_scaled_for_ga,
 )
 from hf_lightning.optim.extras import LOMO_OPTIMIZERS
@@ -77,22 +75,21 @@ class BatchSteps:
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> Any:
         """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
+        settings = self.loss_settings(label_smoother=self.label_smoother())
+        return compute_model_loss(
+            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
+        )
+
+    def loss_settings(self, label_smoother: LabelSmoother | None = None) -> LossSettings:
+        """The loss settings of the Trainer's model (its rule is asked of the model at the first batch)."""
         t = self.trainer
-        settings = LossSettings(
+        return LossSettings(
             accepts_loss_kwargs=t.model_accepts_loss_kwargs,
             shift_labels=t.loss_shifts_labels,
-            label_smoother=self.label_smoother(),
+            label_smoother=label_smoother,
             compute_loss_func=t.compute_loss_func,
             average_tokens_across_devices=t.args.average_tokens_across_devices,
             world_size=t.accelerator.num_processes,
-            reweights_mean_loss=(
-                t.model_accepts_loss_kwargs
-                and t.compute_loss_func is None
-                and loss_ignores_item_count(t.model)
-            ),
-        )
-        return compute_model_loss(
-            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
         )
 
     def label_smoother(self) -> LabelSmoother | None:
@@ -109,9 +106,7 @@ class BatchSteps:
                 batches.append(next(epoch_iterator))
             except StopIteration:
                 break
-        if not (t.model_accepts_loss_kwargs or t.compute_loss_func is not None):
-            return batches, None
-        count = count_items_in_batch(batches, shift_labels=t.loss_shifts_labels)
+        count = self.loss_settings().count(t.model, batches)
         if count is not None and t.args.average_tokens_across_devices:
             count = t.accelerator.reduce(count, "sum")
         return batches, count if count is None or device is None else count.to(device)

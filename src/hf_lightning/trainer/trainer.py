@@ -46,7 +46,7 @@ from hf_lightning.callbacks import (
     TrainerState,
 )
 from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
-from hf_lightning.loss import loss_shifts_labels, model_accepts_loss_kwargs
+from hf_lightning.loss import model_accepts_loss_kwargs
 from hf_lightning.trainer import metrics as _metrics
 from hf_lightning.trainer import model_card as _model_card
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
@@ -182,7 +182,8 @@ class Trainer:
         model = self.model
         self.label_smoother = build_label_smoother(self.args, model)
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
-        self.loss_shifts_labels: bool = loss_shifts_labels(model)
+        # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
+        self.loss_shifts_labels: bool | None = None
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
         self.loss_is_scaled_for_ga: bool | None = None
         self.current_gradient_accumulation_steps: int = 1
