@@ -25,8 +25,8 @@ Most of transformers' methods are one line here: ``name = delegate("part", Part.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -60,6 +60,7 @@ from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
+from hf_lightning.trainer.surface import init_engine_attributes, init_model_attributes
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
@@ -83,6 +84,9 @@ class Trainer:
     state: TrainerState
     control: TrainerControl
     hub_model_id: str | None
+    loss_is_scaled_for_ga: bool | None = None
+    """Whether ``compute_loss`` already scales for gradient accumulation (None: decided from the model);
+    a class attribute, as in transformers, so a subclass (TRL's) sets it in its body."""
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
@@ -126,6 +130,7 @@ class Trainer:
         elif model_init is not None:
             raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
         self.model = self.model_wrapped = model
+        init_model_attributes(self, model)  # is_model_parallel, place_model_on_device, can_return_loss, ...
         self.processing_class = processing_class
         self.data_collator = data_collator if data_collator is not None else self._default_collator()
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -184,7 +189,6 @@ class Trainer:
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
         self.loss_shifts_labels: bool = loss_shifts_labels(model)
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
-        self.loss_is_scaled_for_ga: bool | None = None
         self.current_gradient_accumulation_steps: int = 1
 
     def _init_bookkeeping(self) -> None:
@@ -200,6 +204,7 @@ class Trainer:
         )
         self.is_in_train = False
         self.current_flos: float = 0
+        self._signature_columns: list[str] | None = None  # the model's inputs, found on first use
         self._train_batch_size: int = self.args.train_batch_size
         # transformers' search attributes (the search's own bookkeeping is trainer.search)
         self.hp_name: Callable[[Any], str] | None = None
@@ -265,19 +270,8 @@ class Trainer:
     _label_smoother = delegate("steps", BatchSteps.label_smoother)
     get_batch_samples = delegate("steps", BatchSteps.batch_samples)
 
-    def compute_loss_context_manager(self) -> contextlib.ExitStack:
-        """The context ``compute_loss`` runs in (autocast is Lightning's precision plugin's job)."""
-        stack = contextlib.ExitStack()
-        ctx = self.autocast_smart_context_manager()
-        if not isinstance(ctx, contextlib.nullcontext):
-            stack.enter_context(ctx)
-        return stack
-
-    def autocast_smart_context_manager(
-        self, cache_enabled: bool | None = True
-    ) -> contextlib.AbstractContextManager:
-        """A null context: Lightning's precision plugin already autocasts the training step."""
-        return contextlib.nullcontext()
+    compute_loss_context_manager = delegate("steps", BatchSteps.loss_context)
+    autocast_smart_context_manager = delegate("steps", BatchSteps.autocast_context)
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Move ``inputs`` to the model's device (Lightning has usually done it already)."""
@@ -314,6 +308,9 @@ class Trainer:
     get_test_dataloader = delegate("loaders", DataLoaderBuilder.test_dataloader)
     _get_dataloader = delegate("loaders", DataLoaderBuilder.build)
     _get_train_sampler = delegate("loaders", DataLoaderBuilder.train_sampler)
+    _set_signature_columns_if_needed = delegate("loaders", DataLoaderBuilder.set_signature_columns)
+    _remove_unused_columns = delegate("loaders", DataLoaderBuilder.remove_unused_columns)
+    _get_collator_with_removed_columns = delegate("loaders", DataLoaderBuilder.collator_with_removed_columns)
     _get_eval_sampler = delegate("loaders", DataLoaderBuilder.eval_sampler)
 
     # --- evaluation and prediction: trainer.evaluator, trainer.eval_loop ----------------------
@@ -362,10 +359,15 @@ class Trainer:
 
     # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
-        """(Re)create ``self.accelerator``: the Lightning-backed shim bound to the module during train()."""
+        """(Re)create ``self.accelerator`` (accelerate's API on Lightning) and the engine flags (``surface.py``)."""
         from hf_lightning.adapters.accelerator import LightningAccelerator
+        from hf_lightning.adapters.accelerator_state import accelerator_settings
 
-        self.accelerator = LightningAccelerator()
+        cuda = torch.cuda.is_available()
+        self.accelerator = LightningAccelerator(
+            accelerator_settings(self.args, os.environ, cuda_available=cuda)
+        )
+        init_engine_attributes(self)
 
     def get_tp_size(self) -> int:
         """Tensor-parallel degree: 1 (tensor parallelism is not supported yet)."""

@@ -1,0 +1,93 @@
+"""transformers' Trainer attributes that describe the engine and the model, for Trainer subclasses.
+
+transformers' ``Trainer.__init__`` sets flags its subclasses read (TRL's trainers branch on
+``is_deepspeed_enabled`` and ``is_fsdp_enabled``; sentence-transformers sets ``can_return_loss``). They
+keep transformers' names and meanings here, decided from the accelerator and the model as transformers
+decides them:
+
+- ``is_deepspeed_enabled`` / ``is_fsdp_enabled``: the accelerator's state has a DeepSpeed / FSDP plugin;
+  ``is_fsdp_xla_enabled`` (and its v1 / v2 forms): ``fsdp_config["xla"]`` (refused: no XLA engine);
+- ``gather_function``: ``accelerator.gather_for_metrics`` (with ``eval_use_gather_object``);
+- ``deepspeed``: the DeepSpeed engine once training wraps the model (None before);
+- ``is_model_parallel``: the model spreads over several devices (``hf_device_map``);
+  ``is_distributed_loading_by_transformers``: the model was sharded by ``from_pretrained``;
+- ``place_model_on_device``: transformers' rule (``args.place_model_on_device`` unless a sharding engine,
+  model parallelism or a full fp16/bf16 evaluation postpones the move);
+- ``can_return_loss``: ``model.forward`` has ``return_loss=True`` (CLIP-like models).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+__all__ = ["can_return_loss", "init_engine_attributes", "init_model_attributes", "unwrap_peft"]
+
+
+def unwrap_peft(model: Any) -> Any:
+    """The base model of a PEFT wrapper (``get_base_model()``), else ``model`` (transformers' ``unwrap_peft_model``)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base) and getattr(model, "peft_config", None) is not None:
+        return get_base()
+    return model
+
+
+def can_return_loss(model: Any) -> bool:
+    """Whether the class of ``model`` has a ``forward`` whose ``return_loss`` defaults to True."""
+    forward = getattr(type(model), "forward", None)
+    if forward is None:
+        return False
+    parameter = inspect.signature(forward).parameters.get("return_loss")
+    return parameter is not None and parameter.default is True
+
+
+def init_engine_attributes(trainer: Any) -> None:
+    """What transformers' ``create_accelerator_and_postprocess`` sets besides ``trainer.accelerator``."""
+    accelerator, args = trainer.accelerator, trainer.args
+    trainer.gather_function = functools.partial(
+        accelerator.gather_for_metrics, use_gather_object=args.eval_use_gather_object
+    )
+    trainer.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
+    trainer.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
+    xla = bool(args.fsdp) and dict(args.fsdp_config or {}).get("xla", False)
+    trainer.is_fsdp_xla_enabled = bool(xla)
+    trainer.is_fsdp_xla_v2_enabled = bool(args.fsdp) and bool(
+        dict(args.fsdp_config or {}).get("xla_fsdp_v2", False)
+    )
+    trainer.is_fsdp_xla_v1_enabled = trainer.is_fsdp_xla_enabled and not trainer.is_fsdp_xla_v2_enabled
+    trainer.deepspeed = None
+
+
+def _model_parallel(model: Any, device: Any) -> bool:
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map is None:
+        return False
+    devices = {d for d in device_map.values() if d not in ("cpu", "disk")}
+    if len(devices) > 1:
+        return True
+    return len(devices) == 1 and torch.device(device) != torch.device(next(iter(devices)))
+
+
+def init_model_attributes(trainer: Any, model: Any) -> None:
+    """transformers' model flags (see the module docstring), from ``model`` as given to the Trainer."""
+    args = trainer.args
+    trainer.is_model_parallel = _model_parallel(model, args.device)
+    trainer.is_distributed_loading_by_transformers = bool(
+        getattr(model, "is_distributed_loading_by_transformers", False)
+    )
+    if args.place_model_on_device is not None:
+        trainer.place_model_on_device = bool(args.place_model_on_device)
+    else:
+        trainer.place_model_on_device = not (
+            trainer.is_model_parallel
+            or trainer.is_deepspeed_enabled
+            or args.fp16_full_eval
+            or args.bf16_full_eval
+            or trainer.is_fsdp_xla_enabled
+            or trainer.is_fsdp_enabled
+            or trainer.is_distributed_loading_by_transformers
+        )
+    trainer.can_return_loss = can_return_loss(unwrap_peft(model))
