@@ -5,7 +5,9 @@ process ``r`` of ``W`` takes batches ``r, r + W, r + 2W, ...`` of the loader's b
 ``even_batches`` the last round is completed with batches from the start so every process runs as many
 steps (its ``BatchSamplerShard``). :class:`ShardedBatchSampler` does the same. On one process the
 loader is given back as it is: the Trainer's ``_prepare_inputs`` puts each batch on the device, and
-``set_epoch`` reaches its (batch) sampler through the Trainer's loop, as accelerate's loader forwards it.
+``set_epoch`` reaches its (batch) sampler through the Trainer's loop, as accelerate's loader forwards it,
+except that a ``RandomSampler`` is replaced by accelerate's seedable one (``use_seedable_sampler``, the
+Trainer's default), so the order is the one accelerate's prepared loader gives.
 """
 
 from __future__ import annotations
@@ -14,9 +16,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
-__all__ = ["DataLoaderConfiguration", "GradientStateView", "ShardedBatchSampler", "prepare_data_loader"]
+__all__ = [
+    "DataLoaderConfiguration",
+    "GradientStateView",
+    "SeedableRandomSampler",
+    "ShardedBatchSampler",
+    "prepare_data_loader",
+]
 
 
 @dataclass
@@ -123,44 +132,77 @@ class ShardedBatchSampler(Sampler[list[int]]):
             start, batch, index = end, [], index + 1
 
 
-def prepare_data_loader(
-    loader: DataLoader, num_processes: int, process_index: int, config: DataLoaderConfiguration
-) -> Any:
-    """``loader`` as process ``process_index`` of ``num_processes`` iterates it (see the module docstring)."""
-    if num_processes <= 1:
-        return loader
-    if config.split_batches or config.dispatch_batches:
-        raise NotImplementedError(
-            "`trainer.accelerator.prepare(DataLoader)` with split_batches or dispatch_batches is not carried"
-        )
-    batch_sampler = loader.batch_sampler
-    if isinstance(loader.dataset, IterableDataset) or batch_sampler is None:
-        raise NotImplementedError(
-            "`trainer.accelerator.prepare(DataLoader)` of an IterableDataset on several processes is not carried; "
-            "return the loader of `Trainer.get_train_dataloader()` (each process reads its share)"
-        )
-    sampler = (
-        batch_sampler.sampler
-        if isinstance(batch_sampler, BatchSampler)
-        else getattr(batch_sampler, "sampler", None)
-    )
-    if isinstance(sampler, RandomSampler):
-        raise NotImplementedError(
-            "`trainer.accelerator.prepare(DataLoader)` of a loader with a RandomSampler on several processes is "
-            "not carried (accelerate replaces it with its SeedableRandomSampler); use a batch sampler seeded "
-            "the same on every process, or `Trainer.get_train_dataloader()`"
-        )
-    shard = ShardedBatchSampler(batch_sampler, num_processes, process_index, even_batches=config.even_batches)
-    kwargs = {
-        name: getattr(loader, name)
-        for name in ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
-                     "multiprocessing_context", "generator", "persistent_workers", "pin_memory_device")
-        if hasattr(loader, name)
-    }  # fmt: skip
+class SeedableRandomSampler(RandomSampler):
+    """accelerate's ``SeedableRandomSampler``: a ``RandomSampler`` whose generator is seeded with
+    ``initial_seed + epoch`` at each pass (``data_seed``, else torch's initial seed), the same on every process."""
+
+    def __init__(self, *args: Any, data_seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial_seed = data_seed if data_seed is not None else torch.random.initial_seed()
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[int]:
+        if self.generator is None:
+            self.generator = torch.Generator()
+            self.generator.manual_seed(self.initial_seed)
+        self.generator.manual_seed(self.epoch + self.initial_seed)
+        yield from super().__iter__()
+        self.set_epoch(self.epoch + 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+_LOADER_KWARGS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+                  "multiprocessing_context", "generator", "persistent_workers", "pin_memory_device")  # fmt: skip
+
+
+def _rebuilt(loader: DataLoader, batch_sampler: Any) -> DataLoader:
+    kwargs = {name: getattr(loader, name) for name in _LOADER_KWARGS if hasattr(loader, name)}
     if loader.num_workers > 0:
         kwargs["prefetch_factor"] = loader.prefetch_factor
     else:
         kwargs.pop("persistent_workers", None)
-    prepared = DataLoader(loader.dataset, batch_sampler=shard, **kwargs)
-    prepared.total_batch_size = (shard.batch_size or 1) * num_processes  # type: ignore[attr-defined]
+    return DataLoader(loader.dataset, batch_sampler=batch_sampler, **kwargs)
+
+
+def _seedable(batch_sampler: Any, config: DataLoaderConfiguration) -> Any:
+    """``batch_sampler`` with its ``RandomSampler`` replaced by a :class:`SeedableRandomSampler` (accelerate's
+    ``use_seedable_sampler``), else ``batch_sampler`` itself."""
+    sampler = getattr(batch_sampler, "sampler", None)
+    if (
+        not config.use_seedable_sampler
+        or type(sampler) is not RandomSampler
+        or not isinstance(batch_sampler, BatchSampler)
+    ):
+        return batch_sampler
+    seedable = SeedableRandomSampler(
+        sampler.data_source, replacement=sampler.replacement, num_samples=sampler._num_samples,
+        generator=sampler.generator, data_seed=config.data_seed,
+    )  # fmt: skip
+    return BatchSampler(seedable, batch_sampler.batch_size, batch_sampler.drop_last)
+
+
+def prepare_data_loader(
+    loader: DataLoader, num_processes: int, process_index: int, config: DataLoaderConfiguration
+) -> Any:
+    """``loader`` as process ``process_index`` of ``num_processes`` iterates it (see the module docstring)."""
+    if isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None:
+        if num_processes <= 1:
+            return loader
+        raise NotImplementedError(
+            "`trainer.accelerator.prepare(DataLoader)` of an IterableDataset on several processes is not carried; "
+            "return the loader of `Trainer.get_train_dataloader()` (each process reads its share)"
+        )
+    if num_processes > 1 and (config.split_batches or config.dispatch_batches):
+        raise NotImplementedError(
+            "`trainer.accelerator.prepare(DataLoader)` with split_batches or dispatch_batches is not carried"
+        )
+    batch_sampler = _seedable(loader.batch_sampler, config)
+    if num_processes > 1:
+        batch_sampler = ShardedBatchSampler(batch_sampler, num_processes, process_index, config.even_batches)
+    if batch_sampler is loader.batch_sampler:
+        return loader
+    prepared = _rebuilt(loader, batch_sampler)
+    prepared.total_batch_size = (getattr(loader.batch_sampler, "batch_size", None) or 1) * num_processes  # type: ignore[attr-defined]
     return prepared

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import traceback
 
 BACKEND, ROOT, SCENARIOS = sys.argv[1], sys.argv[2], sys.argv[3:]
 if BACKEND == "hf_lightning":
@@ -171,7 +172,21 @@ def report(scenario: str, trainer) -> None:
             json.dump(result, handle)
 
 
+def report_error(scenario: str) -> None:
+    """A scenario that raised: its traceback, for the test to show (the next scenarios still run)."""
+    out = os.path.join(ROOT, BACKEND, scenario)
+    os.makedirs(out, exist_ok=True)
+    if RANK == 0:
+        with open(os.path.join(out, f"{scenario}.json"), "w", encoding="utf-8") as handle:
+            json.dump({"error": traceback.format_exc()}, handle)
+
+
 if __name__ == "__main__":
     for name in SCENARIOS:
-        trainer = dpo(name) if name == "dpo" else sft(name)
+        try:
+            trainer = dpo(name) if name == "dpo" else sft(name)
+        except Exception:
+            traceback.print_exc()
+            report_error(name)
+            continue
         report(name, trainer)
