@@ -94,11 +94,16 @@ class LightningAccelerator:
         return max(int(s.distributed.world_size), 1), s.process_index, s.local_process_index
 
     def live_device(self) -> torch.device:
-        """The device of the module being fitted (or evaluated), else the arguments' device."""
+        """The device of the module being fitted (or evaluated), else the arguments' device; several CPU
+        processes each name theirs ``cpu:0``, as accelerate does (``local_process_index % cpu count``)."""
         module = self.module
         if module is not None and getattr(module, "device", None) is not None:
-            return torch.device(module.device)
-        return self.settings.device
+            device = torch.device(module.device)
+        else:
+            device = self.settings.device
+        if device.type == "cpu" and self.live_world()[0] > 1:
+            return torch.device("cpu", 0)
+        return device
 
     def _comm(self) -> ops.Collective:
         trainer = self._trainer
@@ -268,29 +273,19 @@ class LightningAccelerator:
 
     @contextlib.contextmanager
     def autocast(self, autocast_handler: Any = None) -> Iterator[None]:
-        """The fit's mixed-precision autocast (outside a fit: the arguments' ``bf16`` / ``fp16``); an
-        ``AutocastKwargs(enabled=False)`` handler turns it off inside the block."""
-        device_type = self.device.type
-        if autocast_handler is not None:
-            dtype = torch.float16 if self.mixed_precision == "fp16" else torch.bfloat16
-            kwargs = getattr(autocast_handler, "to_kwargs", lambda: {})()
-            with torch.autocast(
-                device_type, dtype=dtype, enabled=getattr(autocast_handler, "enabled", True), **kwargs
-            ):
-                yield
+        """Mixed-precision autocast in the block when ``bf16`` / ``fp16`` is on (the fit's precision plugin's
+        during training); an ``AutocastKwargs`` handler's settings (``enabled=False``: off) apply, as in accelerate."""
+        if self.mixed_precision == "no":
+            yield
             return
         trainer = self._trainer
-        if trainer is not None:
+        if autocast_handler is None and trainer is not None:
             with trainer.precision_plugin.forward_context():
                 yield
             return
-        precision = {"bf16": "bf16-mixed", "fp16": "16-mixed"}.get(self.mixed_precision)
-        if precision is None:
-            yield
-            return
-        from lightning.pytorch.plugins.precision import MixedPrecision
-
-        with MixedPrecision(precision, device=device_type).forward_context():  # type: ignore[arg-type]
+        dtype = torch.float16 if self.mixed_precision == "fp16" else torch.bfloat16
+        kwargs = autocast_handler.to_kwargs() if autocast_handler is not None else {}
+        with torch.autocast(self.device.type, dtype=dtype, **kwargs):
             yield
 
     @contextlib.contextmanager

@@ -201,8 +201,7 @@ def prepare_data_loader(
     batch_sampler = _seedable(loader.batch_sampler, config)
     if num_processes > 1:
         batch_sampler = ShardedBatchSampler(batch_sampler, num_processes, process_index, config.even_batches)
-    if batch_sampler is loader.batch_sampler:
-        return loader
-    prepared = _rebuilt(loader, batch_sampler)
+    prepared = loader if batch_sampler is loader.batch_sampler else _rebuilt(loader, batch_sampler)
+    # accelerate's prepared loaders carry the batch of one step over every process
     prepared.total_batch_size = (getattr(loader.batch_sampler, "batch_size", None) or 1) * num_processes  # type: ignore[attr-defined]
     return prepared

@@ -52,11 +52,11 @@ def init_engine_attributes(trainer: Any) -> None:
     )
     trainer.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
     trainer.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
-    xla = bool(args.fsdp) and dict(args.fsdp_config or {}).get("xla", False)
-    trainer.is_fsdp_xla_enabled = bool(xla)
-    trainer.is_fsdp_xla_v2_enabled = bool(args.fsdp) and bool(
-        dict(args.fsdp_config or {}).get("xla_fsdp_v2", False)
-    )
+    config = dict(args.fsdp_config or {})
+    trainer.is_fsdp_xla_enabled = args.fsdp and config.get(
+        "xla", False
+    )  # transformers' expression (None without fsdp)
+    trainer.is_fsdp_xla_v2_enabled = args.fsdp and config.get("xla_fsdp_v2", False)
     trainer.is_fsdp_xla_v1_enabled = trainer.is_fsdp_xla_enabled and not trainer.is_fsdp_xla_v2_enabled
     trainer.deepspeed = None
 
