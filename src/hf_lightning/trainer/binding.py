@@ -114,9 +114,13 @@ def _holders(originals: dict[tuple[str, str], Any]) -> list[str]:
     }
     with warnings.catch_warnings():  # reading a module's deprecated globals may warn
         warnings.simplefilter("ignore")
+        seen: set[int] = set()
         for module_name, module in list(sys.modules.items()):
             if module is None or _is_transformers(module_name) or module_name.startswith("hf_lightning"):
                 continue
+            if id(module) in seen:  # an alias (multiprocessing's __mp_main__ is __main__)
+                continue
+            seen.add(id(module))
             for value in list(vars(module).values()):
                 if _is_held(value, classes):
                     found.add(f"{module_name} ({value.__qualname__})")

@@ -24,7 +24,29 @@ from typing import Any
 
 import torch
 
-__all__ = ["can_return_loss", "init_engine_attributes", "init_model_attributes", "unwrap_peft"]
+__all__ = [
+    "PART_NAMES",
+    "can_return_loss",
+    "check_parts",
+    "init_engine_attributes",
+    "init_model_attributes",
+    "unwrap_peft",
+]
+
+PART_NAMES = (
+    "launcher",
+    "steps",
+    "run",
+    "optim",
+    "loaders",
+    "evaluations",
+    "eval_loop",
+    "checkpoints",
+    "search",
+    "hub",
+)
+"""The attributes holding the Trainer's parts (``trainer.py``): names transformers' Trainer does not use, kept
+for hf_lightning's parts (docs/subclassing.md)."""
 
 
 def unwrap_peft(model: Any) -> Any:
@@ -91,3 +113,14 @@ def init_model_attributes(trainer: Any, model: Any) -> None:
             or trainer.is_distributed_loading_by_transformers
         )
     trainer.can_return_loss = can_return_loss(unwrap_peft(model))
+
+
+def check_parts(trainer: Any) -> None:
+    """Refuse to train when a subclass replaced one of the Trainer's parts, naming the attribute."""
+    for name in PART_NAMES:
+        part = trainer.__dict__.get(name)
+        if part is None or not type(part).__module__.startswith("hf_lightning.trainer."):
+            raise TypeError(
+                f"`{type(trainer).__name__}.{name}` holds {part!r}, but hf_lightning's Trainer keeps one of its "
+                f"parts under that name (docs/subclassing.md: {', '.join(PART_NAMES)}); rename the subclass's attribute"
+            )

@@ -11,7 +11,7 @@ calls the Trainer's overridable methods through the Trainer, so a user's overrid
                                                               log / evaluate / save after each step
     trainer.optim        OptimizerSetup     optim.py          optimizer and scheduler creation
     trainer.loaders      DataLoaderBuilder  data.py           train / eval / test DataLoaders, samplers
-    trainer.evaluator    Evaluator          evaluation.py     evaluate, predict, best metric
+    trainer.evaluations  Evaluator          evaluation.py     evaluate, predict, best metric
     trainer.eval_loop    EvaluationLoop     eval_loop.py      the loop over evaluation batches
     trainer.checkpoints  CheckpointPolicy   checkpointing.py  save, resume, best model, rotation
     trainer.search       SearchRunner       hpsearch.py       hyperparameter_search and its trials
@@ -157,7 +157,7 @@ class Trainer:
         self.run = TrainingRun(self)
         self.optim = OptimizerSetup(self)
         self.loaders = DataLoaderBuilder(self)
-        self.evaluator = Evaluator(self)
+        self.evaluations = Evaluator(self)
         self.eval_loop = EvaluationLoop(self)
         self.checkpoints = CheckpointPolicy(self)
         self.search = SearchRunner(self)
@@ -313,11 +313,11 @@ class Trainer:
     _get_collator_with_removed_columns = delegate("loaders", DataLoaderBuilder.collator_with_removed_columns)
     _get_eval_sampler = delegate("loaders", DataLoaderBuilder.eval_sampler)
 
-    # --- evaluation and prediction: trainer.evaluator, trainer.eval_loop ----------------------
-    evaluate = delegate("evaluator", Evaluator.evaluate)
-    predict = delegate("evaluator", Evaluator.predict)
-    _evaluate = delegate("evaluator", Evaluator.evaluate_in_training)
-    _determine_best_metric = delegate("evaluator", Evaluator.determine_best_metric)
+    # --- evaluation and prediction: trainer.evaluations, trainer.eval_loop ----------------------
+    evaluate = delegate("evaluations", Evaluator.evaluate)
+    predict = delegate("evaluations", Evaluator.predict)
+    _evaluate = delegate("evaluations", Evaluator.evaluate_in_training)
+    _determine_best_metric = delegate("evaluations", Evaluator.determine_best_metric)
     evaluation_loop = delegate("eval_loop", EvaluationLoop.run)
     prediction_step = delegate("eval_loop", EvaluationLoop.predict_step)
 
