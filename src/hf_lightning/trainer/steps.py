@@ -99,7 +99,8 @@ class BatchSteps:
             label_smoother=self.label_smoother(),
             compute_loss_func=t.compute_loss_func,
             average_tokens_across_devices=t.args.average_tokens_across_devices,
-            world_size=t.accelerator.num_processes,
+            # tensor-parallel ranks share a batch: transformers scales by the data-parallel processes only
+            world_size=t.accelerator.num_processes // t.get_tp_size(),
             reweights_mean_loss=(
                 t.model_accepts_loss_kwargs
                 and t.compute_loss_func is None

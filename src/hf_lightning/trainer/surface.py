@@ -30,6 +30,7 @@ __all__ = [
     "check_parts",
     "init_engine_attributes",
     "init_model_attributes",
+    "parallel_size",
     "unwrap_peft",
 ]
 
@@ -124,3 +125,12 @@ def check_parts(trainer: Any) -> None:
                 f"`{type(trainer).__name__}.{name}` holds {part!r}, but hf_lightning's Trainer keeps one of its "
                 f"parts under that name (docs/subclassing.md: {', '.join(PART_NAMES)}); rename the subclass's attribute"
             )
+
+
+def parallel_size(trainer: Any, kind: str) -> int:
+    """``get_tp_size`` / ``get_cp_size`` / ``get_sp_size`` as transformers reads them: the model's ``_tp_size``
+    (tensor parallelism), else ``accelerator.parallelism_config`` (a test may patch it), else 1."""
+    if kind == "tp" and (model_tp := getattr(trainer.model, "_tp_size", None)) is not None:
+        return int(model_tp)
+    config = getattr(trainer.accelerator, "parallelism_config", None)
+    return int(getattr(config, f"{kind}_size", 1)) if config is not None else 1

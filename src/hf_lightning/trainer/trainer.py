@@ -60,7 +60,7 @@ from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
-from hf_lightning.trainer.surface import init_engine_attributes, init_model_attributes
+from hf_lightning.trainer.surface import init_engine_attributes, init_model_attributes, parallel_size
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
@@ -370,16 +370,16 @@ class Trainer:
         init_engine_attributes(self)
 
     def get_tp_size(self) -> int:
-        """Tensor-parallel degree: 1 (tensor parallelism is not supported yet)."""
-        return 1
+        """Tensor-parallel degree: the model's ``_tp_size``, else ``accelerator.parallelism_config``'s (1: none)."""
+        return parallel_size(self, "tp")
 
     def get_cp_size(self) -> int:
-        """Context-parallel degree: 1 (context parallelism is not supported yet)."""
-        return 1
+        """Context-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
+        return parallel_size(self, "cp")
 
     def get_sp_size(self) -> int:
-        """Sequence-parallel degree: 1 (sequence parallelism is not supported yet)."""
-        return 1
+        """Sequence-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
+        return parallel_size(self, "sp")
 
     init_hf_repo = delegate("hub", HubPublisher.init_repo)
     push_to_hub = delegate("hub", HubPublisher.push)
