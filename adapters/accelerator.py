@@ -22,7 +22,7 @@ import contextlib
 import gc
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -244,11 +244,12 @@ class LightningAccelerator:
     ) -> nn.Module:
         """``model`` out of its DDP / DataParallel / DeepSpeed / FSDP1 containers (and out of
         ``torch.compile`` with ``keep_torch_compile=False``), as accelerate unwraps it."""
-        compiled = model if hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module) else None
+        inner: Any = getattr(model, "_orig_mod", None)
+        compiled = model if isinstance(inner, nn.Module) else None
         if compiled is not None:
-            model = compiled._orig_mod
+            model = inner
         while isinstance(model, _wrapper_types()):
-            model = model.module
+            model = cast(nn.Module, model.module)
         return compiled if compiled is not None and keep_torch_compile else model
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
@@ -292,7 +293,7 @@ class LightningAccelerator:
     def no_sync(self, model: nn.Module | None = None) -> Iterator[None]:
         """No gradient synchronisation in the block (DDP's ``no_sync``; nothing to skip on one process)."""
         wrapped = getattr(self._trainer, "model", None)
-        target = model if hasattr(model, "no_sync") else wrapped
+        target: Any = model if hasattr(model, "no_sync") else wrapped
         with (
             target.no_sync()
             if target is not None and hasattr(target, "no_sync")
@@ -351,7 +352,7 @@ class LightningAccelerator:
 
     clear = free_memory
 
-    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+    def prepare(self, *args: Any, device_placement: list[bool | None] | None = None) -> Any:
         """Each model placed on the device, each DataLoader dealt to this process; optimizers and
         schedulers as given (the fit wraps the model and steps them)."""
         placements = device_placement or [None] * len(args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -86,7 +86,9 @@ def apply_to_tensors(func: Callable[[torch.Tensor], Any], data: Any, *, strict: 
             return type(data)(*items)
         return type(data)(items)
     if isinstance(data, Mapping):
-        return type(data)({key: apply_to_tensors(func, value, strict=strict) for key, value in data.items()})
+        return cast(Any, type(data))(
+            {key: apply_to_tensors(func, value, strict=strict) for key, value in data.items()}
+        )
     if isinstance(data, torch.Tensor):
         return func(data)
     if strict:
@@ -189,7 +191,8 @@ def _split(
             return result
         if isinstance(result, torch.Tensor):
             return pad_across_processes(comm, result.to(device), pad_index=inputs[-1].to(device))
-        return result + type(result)([inputs[-1]]) * (longest - len(result))
+        extra: Any = type(result)([inputs[-1]]) * (longest - len(result))
+        return result + extra
     if callable(getattr(inputs, "select", None)):  # datasets.Dataset
         indices = list(range(min(start, len(inputs)), min(end, len(inputs))))
         if pad:

@@ -102,6 +102,9 @@ class TrainLoopDriver:
     def on_train_begin(self) -> None:
         t = self.trainer
         t.model.zero_grad()
+        engine = getattr(self.module.trainer.strategy, "deepspeed_engine", None)
+        if engine is not None:  # transformers' trainer.deepspeed: the engine training the model
+            t.deepspeed = engine
         t.run.start()
         for attr in ("model", "optimizer", "lr_scheduler"):
             setattr(t.callback_handler, attr, getattr(t, attr))

@@ -138,9 +138,10 @@ def _is_held(value: Any, classes: tuple[Any, ...]) -> bool:
 
 def _all_subclasses(cls: type) -> set[type]:
     found: set[type] = set()
-    stack = [cls]
+    stack: list[type] = [cls]
     while stack:
-        for sub in stack.pop().__subclasses__():
+        subclasses: list[type] = stack.pop().__subclasses__()
+        for sub in subclasses:
             if sub not in found:
                 found.add(sub)
                 stack.append(sub)

@@ -28,9 +28,11 @@ __all__ = [
     "PART_NAMES",
     "can_return_loss",
     "check_parts",
+    "default_collator",
     "init_engine_attributes",
     "init_model_attributes",
     "parallel_size",
+    "save_model_files",
     "unwrap_peft",
 ]
 
@@ -134,3 +136,28 @@ def parallel_size(trainer: Any, kind: str) -> int:
         return int(model_tp)
     config = getattr(trainer.accelerator, "parallelism_config", None)
     return int(getattr(config, f"{kind}_size", 1)) if config is not None else 1
+
+
+def save_model_files(trainer: Any, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+    """``Trainer._save``: the model (``save_pretrained``, else ``model.safetensors``), the processing class (else
+    the data collator's tokenizer) and the arguments in ``output_dir``, on the saving process; ``state_dict``
+    replaces the model's own (a sharded model's gathered weights). ``save_model`` calls it."""
+    from hf_lightning.checkpoint.store import save_model
+
+    if not trainer.args.should_save:
+        return
+    output_dir = str(trainer.args.output_dir) if output_dir is None else output_dir
+    processing = trainer.checkpoints.processing_to_save()
+    save_model(
+        trainer.model, output_dir, processing_class=processing, args=trainer.args, state_dict=state_dict
+    )
+
+
+def default_collator(processing_class: Any) -> Any:
+    """The collator when none is given: padding with a processing class that pads (a tokenizer), else
+    ``default_data_collator``, as transformers picks it."""
+    from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
+
+    if processing_class is not None and hasattr(processing_class, "pad"):
+        return DataCollatorWithPadding(processing_class)
+    return default_data_collator

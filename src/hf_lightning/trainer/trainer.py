@@ -45,10 +45,10 @@ from hf_lightning.callbacks import (
     TrainerControl,
     TrainerState,
 )
-from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 from hf_lightning.loss import loss_shifts_labels, model_accepts_loss_kwargs
 from hf_lightning.trainer import metrics as _metrics
 from hf_lightning.trainer import model_card as _model_card
+from hf_lightning.trainer import surface
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
 from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
 from hf_lightning.trainer.delegation import delegate
@@ -60,7 +60,6 @@ from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
-from hf_lightning.trainer.surface import init_engine_attributes, init_model_attributes, parallel_size
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
@@ -130,9 +129,13 @@ class Trainer:
         elif model_init is not None:
             raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
         self.model = self.model_wrapped = model
-        init_model_attributes(self, model)  # is_model_parallel, place_model_on_device, can_return_loss, ...
+        surface.init_model_attributes(
+            self, model
+        )  # is_model_parallel, place_model_on_device, can_return_loss, ...
         self.processing_class = processing_class
-        self.data_collator = data_collator if data_collator is not None else self._default_collator()
+        self.data_collator = (
+            data_collator if data_collator is not None else surface.default_collator(processing_class)
+        )
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
@@ -176,11 +179,6 @@ class Trainer:
             self.lr_scheduler,
         )
         self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
-
-    def _default_collator(self) -> Callable:
-        if self.processing_class is not None and hasattr(self.processing_class, "pad"):
-            return DataCollatorWithPadding(self.processing_class)
-        return default_data_collator
 
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
@@ -343,6 +341,7 @@ class Trainer:
 
     # --- checkpoints: trainer.checkpoints -----------------------------------------------------
     save_model = delegate("checkpoints", CheckpointPolicy.save_model)
+    _save = surface.save_model_files  # the files save_model writes (surface.py); overridable
     save_state = delegate("checkpoints", CheckpointPolicy.save_state)
     _save_checkpoint = delegate("checkpoints", CheckpointPolicy.save)
     _load_from_checkpoint = delegate("checkpoints", CheckpointPolicy.load_from_checkpoint)
@@ -367,19 +366,19 @@ class Trainer:
         self.accelerator = LightningAccelerator(
             accelerator_settings(self.args, os.environ, cuda_available=cuda)
         )
-        init_engine_attributes(self)
+        surface.init_engine_attributes(self)
 
     def get_tp_size(self) -> int:
         """Tensor-parallel degree: the model's ``_tp_size``, else ``accelerator.parallelism_config``'s (1: none)."""
-        return parallel_size(self, "tp")
+        return surface.parallel_size(self, "tp")
 
     def get_cp_size(self) -> int:
         """Context-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
-        return parallel_size(self, "cp")
+        return surface.parallel_size(self, "cp")
 
     def get_sp_size(self) -> int:
         """Sequence-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
-        return parallel_size(self, "sp")
+        return surface.parallel_size(self, "sp")
 
     init_hf_repo = delegate("hub", HubPublisher.init_repo)
     push_to_hub = delegate("hub", HubPublisher.push)
