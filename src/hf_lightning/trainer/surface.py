@@ -153,11 +153,13 @@ def save_model_files(trainer: Any, output_dir: str | None = None, state_dict: di
     )
 
 
-def default_collator(processing_class: Any) -> Any:
-    """The collator when none is given: padding with a processing class that pads (a tokenizer), else
-    ``default_data_collator``, as transformers picks it."""
+def default_collator(processing_class: Any, given: Any = None) -> Any:
+    """``given``, else the collator transformers picks: padding with a processing class that pads (a
+    tokenizer), else ``default_data_collator``."""
     from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 
+    if given is not None:
+        return given
     if processing_class is not None and hasattr(processing_class, "pad"):
         return DataCollatorWithPadding(processing_class)
     return default_data_collator

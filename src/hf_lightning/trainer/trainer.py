@@ -129,13 +129,9 @@ class Trainer:
         elif model_init is not None:
             raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
         self.model = self.model_wrapped = model
-        surface.init_model_attributes(
-            self, model
-        )  # is_model_parallel, place_model_on_device, can_return_loss, ...
+        surface.init_model_attributes(self, model)  # is_model_parallel, place_model_on_device, ...
         self.processing_class = processing_class
-        self.data_collator = (
-            data_collator if data_collator is not None else surface.default_collator(processing_class)
-        )
+        self.data_collator = surface.default_collator(processing_class, given=data_collator)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
