@@ -85,7 +85,7 @@ def test_trl_load_best_model_at_end(one_process, name):
 
 
 # --- two processes (gloo DDP) -----------------------------------------------------------------
-DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume"]
+DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume", "dpo"]
 
 
 @pytest.fixture(scope="module")
