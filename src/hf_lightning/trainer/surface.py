@@ -26,6 +26,7 @@ import torch
 
 __all__ = [
     "PART_NAMES",
+    "PART_VIEWS",
     "can_return_loss",
     "check_parts",
     "default_collator",
@@ -50,6 +51,20 @@ PART_NAMES = (
 )
 """The attributes holding the Trainer's parts (``trainer.py``): names transformers' Trainer does not use, kept
 for hf_lightning's parts (docs/subclassing.md)."""
+
+
+PART_VIEWS = (
+    property(
+        lambda t: t.hub if t.hub.in_flight else None,
+        doc="transformers' ``push_in_progress``: pushes in flight",
+    ),
+    property(
+        lambda t: t.launcher.neftune_handle, doc="transformers' ``neftune_hook_handle``: NEFTune's hook"
+    ),
+    property(lambda t: t.eval_loop.model_preparation_time, doc="transformers' ``model_preparation_time``"),
+)
+"""``push_in_progress``, ``neftune_hook_handle``, ``model_preparation_time``: transformers' attributes, read from
+the part that keeps them (the hub publisher has transformers' ``is_done()``)."""
 
 
 def unwrap_peft(model: Any) -> Any:

@@ -376,6 +376,8 @@ class Trainer:
         """Sequence-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
         return surface.parallel_size(self, "sp")
 
+    push_in_progress, neftune_hook_handle, model_preparation_time = surface.PART_VIEWS  # read-only views
+
     init_hf_repo = delegate("hub", HubPublisher.init_repo)
     push_to_hub = delegate("hub", HubPublisher.push)
     _push_from_checkpoint = delegate("hub", HubPublisher.push_from_checkpoint)
