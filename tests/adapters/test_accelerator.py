@@ -327,3 +327,19 @@ def test_sync_gradients_is_true_on_the_last_micro_batch_only(tmp_path):
                              gradient_accumulation_steps=3, max_steps=2, save_strategy="no", disable_tqdm=True)  # fmt: skip
     Watching(model=RegressionModel(), args=args, train_dataset=regression_data(24)).train()
     assert seen == [False, False, True, False, False, True]
+
+
+def test_training_arguments_distributed_state_and_deepspeed_plugin(tmp_path):
+    """``args.distributed_state`` and ``args.deepspeed_plugin`` (TRL reads them) answer as transformers'; with a
+    DeepSpeed configuration the plugin carries it and its ZeRO stage."""
+    theirs = transformers.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    ours = TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    assert ours.deepspeed_plugin is theirs.deepspeed_plugin is None
+    for name in ("distributed_type", "num_processes", "process_index", "local_process_index", "device",
+                 "is_main_process", "is_local_main_process", "use_distributed"):  # fmt: skip
+        assert getattr(ours.distributed_state, name) == getattr(theirs.distributed_state, name), name
+    config = {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}
+    plugin = TrainingArguments(
+        str(tmp_path), use_cpu=True, report_to="none", deepspeed=config
+    ).deepspeed_plugin
+    assert (plugin.zero_stage, plugin.deepspeed_config) == (2, config)
