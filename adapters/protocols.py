@@ -102,6 +102,7 @@ class TrainerFacade(Protocol):
     state: TrainerState
     control: TrainerControl
     accelerator: Any  # adapters.accelerator.LightningAccelerator
+    deepspeed: Any  # the DeepSpeed engine while training under DeepSpeed (transformers' name)
     current_gradient_accumulation_steps: int
     hp_space: Callable[[Any], dict[str, Any]]
     jit_kill_wait: float

@@ -62,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     # facade
     "Trainer": "trainer",
     "Seq2SeqTrainer": "trainer",
+    "use_as_transformers_trainer": "trainer",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

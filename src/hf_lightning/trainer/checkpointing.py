@@ -53,7 +53,6 @@ from hf_lightning.checkpoint.store import (
     load_rng_state,
     rotate_checkpoints,
     save_checkpoint,
-    save_model,
 )
 from hf_lightning.optim import steps_on_metric
 
@@ -139,9 +138,7 @@ class CheckpointPolicy:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
         warn_nonfinite_save(t.model, output_dir, full)  # written as asked, not silently (nonfinite.py)
-        save_model(
-            t.model, output_dir, processing_class=self.processing_to_save(), args=t.args, state_dict=full
-        )
+        t._save(output_dir, state_dict=full)  # overridable, as in transformers (sentence-transformers overrides it)
         if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
             t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
 

@@ -24,7 +24,6 @@ Where the model runs and how ranks gather is ``hf_lightning.adapters.evaluation`
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -87,8 +86,6 @@ class EvaluationLoop:
         self.model_preparation_time: float | None = None
         """Seconds the engine took to prepare the model for the first evaluation outside training."""
         self.model_prepared = False
-        self.can_return_loss: bool | None = None
-        """Whether ``model.forward`` has ``return_loss=True`` (CLIP-like models); found on first use."""
 
     def run(
         self,
@@ -334,11 +331,9 @@ class EvaluationLoop:
         return count
 
     def _can_return_loss(self) -> bool:
-        """Whether ``model.forward`` has a ``return_loss`` argument defaulting to True (CLIP-like models)."""
-        if self.can_return_loss is None:
-            params = inspect.signature(self.trainer.model.forward).parameters
-            self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
-        return self.can_return_loss
+        """``trainer.can_return_loss``: ``model.forward`` has ``return_loss=True`` (CLIP-like models), or a
+        subclass says so (sentence-transformers' does)."""
+        return bool(getattr(self.trainer, "can_return_loss", False))
 
     def _default_ignore_keys(self) -> list[str]:
         config = getattr(self.trainer.model, "config", None)

@@ -9,6 +9,7 @@ Whether a loss is already scaled for gradient accumulation is the one rule of
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -36,6 +37,20 @@ class BatchSteps:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+
+    def loss_context(self) -> contextlib.ExitStack:
+        """``Trainer.compute_loss_context_manager``: the context ``compute_loss`` runs in (the Trainer's
+        ``autocast_smart_context_manager``; autocast itself is Lightning's precision plugin's job)."""
+        stack = contextlib.ExitStack()
+        ctx = self.trainer.autocast_smart_context_manager()
+        if not isinstance(ctx, contextlib.nullcontext):
+            stack.enter_context(ctx)
+        return stack
+
+    def autocast_context(self, cache_enabled: bool | None = True) -> contextlib.AbstractContextManager:
+        """``Trainer.autocast_smart_context_manager``: a null context, as Lightning's precision plugin
+        already autocasts the training step."""
+        return contextlib.nullcontext()
 
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
@@ -89,7 +104,8 @@ class BatchSteps:
             label_smoother=label_smoother,
             compute_loss_func=t.compute_loss_func,
             average_tokens_across_devices=t.args.average_tokens_across_devices,
-            world_size=t.accelerator.num_processes,
+            # tensor-parallel ranks share a batch: transformers scales by the data-parallel processes only
+            world_size=t.accelerator.num_processes // t.get_tp_size(),
         )
 
     def label_smoother(self) -> LabelSmoother | None:

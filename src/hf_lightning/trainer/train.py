@@ -29,6 +29,7 @@ from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_a
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
+from hf_lightning.trainer.surface import check_parts
 from hf_lightning.trainer_utils import (
     TrainOutput,
     enable_full_determinism,
@@ -62,6 +63,9 @@ class TrainLauncher:
     ) -> TrainOutput:
         """``Trainer.train``: apply the trial, build the model, load the weights, run (with batch-size search)."""
         t = self.trainer
+        check_parts(t)  # a subclass that reused a part's attribute name is told so, by name
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
         t._memory_tracker.start("train")
         t.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
@@ -91,6 +95,10 @@ class TrainLauncher:
                 raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")
         if resume_from_checkpoint is not None:
             t._load_from_checkpoint(resume_from_checkpoint)
+            # the RNG (and scaler) restore follows the resumed run, whoever loaded the weights (a subclass's
+            # _load_from_checkpoint, as sentence-transformers' is), as in transformers
+            t.checkpoints.resume_checkpoint = os.fspath(resume_from_checkpoint)
+            t.checkpoints.rng_pending = "epoch"
         t._train_batch_size = args.train_batch_size
         run = dict(
             args=args,
