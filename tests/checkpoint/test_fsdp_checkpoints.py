@@ -94,7 +94,9 @@ def test_both_layouts_and_versions_train_alike(runs) -> None:
     """The layout changes what is written, not what is trained; FSDP1 trains as FSDP2 does (float noise)."""
     _assert_same_weights(runs["full"][0]["state"], runs["sharded"][0]["state"])
     _assert_same_weights(runs["full1"][0]["state"], runs["sharded1"][0]["state"])
-    _assert_same_weights(runs["full"][0]["state"], runs["full1"][0]["state"], atol=1e-6)
+    # FSDP1 reduces flat buffers, FSDP2 each parameter: the summation order differs, and Adam's normalised
+    # steps turn that float noise into weight differences of a few 1e-6 after 4 steps (7.3e-6 seen on CPU)
+    _assert_same_weights(runs["full"][0]["state"], runs["full1"][0]["state"], atol=5e-5)
 
 
 @pytest.mark.parametrize("kind", ["sharded", "sharded1"])
