@@ -7,6 +7,7 @@ instead of a ``ModuleNotFoundError`` traceback.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 
@@ -14,10 +15,20 @@ __all__ = ["require"]
 
 
 def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:  # a dotted name whose parent package is missing
+    """Whether ``module`` is there. A dotted name is imported (finding it imports its parents): a module
+    that is missing says so; one whose import fails for another reason raises that error, unhidden."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
         return False
+    if "." not in module:
+        return True
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        parts = module.split(".")
+        if exc.name in {".".join(parts[: i + 1]) for i in range(len(parts))}:
+            return False
+        raise
+    return True
 
 
 def require(extra: str, *modules: str) -> None:

@@ -49,11 +49,21 @@ def _hidden(path):
 class _NotInstalledPathFinder(PathFinder):
     @classmethod
     def find_spec(cls, fullname, path=None, target=None):
-        spec = super().find_spec(fullname, path, target)
-        if spec is None or "." in fullname:
-            return spec
-        locations = list(spec.submodule_search_locations or ()) or [spec.origin]
-        return None if all(_hidden(location) for location in locations) else spec
+        entries = list(sys.path if path is None else path)
+        while True:
+            spec = super().find_spec(fullname, entries, target)
+            if spec is None or "." in fullname:
+                return spec
+            locations = list(spec.submodule_search_locations or ()) or [spec.origin]
+            if not all(_hidden(location) for location in locations):
+                return spec
+            # not there in a real venv: the import system would go on to the later entries of the path
+            # (a package's vendored copy of a hidden one, put after site-packages)
+            where = os.path.dirname(os.path.normpath(locations[0]))
+            later = [i for i, e in enumerate(entries) if os.path.normpath(os.path.abspath(e or ".")) == where]
+            if not later:
+                return None
+            entries = entries[later[0] + 1 :]
 
     @classmethod
     def find_distributions(cls, *args, **kwargs):

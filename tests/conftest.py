@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -49,3 +50,23 @@ def hub_server(tmp_path, monkeypatch):
     monkeypatch.setattr(hub_constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     yield server
     server.stop()
+
+
+_DEADLINE = float(os.environ.get("HF_LIGHTNING_TEST_DEADLINE", "0") or 0)
+"""Unix time after which no further test starts (``.ci/run`` sets it for the slow tests, which run only while
+CI time allows); unset or 0: no deadline."""
+_PAST_DEADLINE: list[str] = []
+
+
+def pytest_runtest_setup(item):
+    if _DEADLINE and time.time() > _DEADLINE:
+        _PAST_DEADLINE.append(item.nodeid)
+        pytest.skip("not started: the run's time budget (HF_LIGHTNING_TEST_DEADLINE) is spent")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _PAST_DEADLINE:
+        terminalreporter.write_line(
+            f"{len(_PAST_DEADLINE)} tests not started: the time budget (HF_LIGHTNING_TEST_DEADLINE) was spent "
+            f"first; the first of them: {_PAST_DEADLINE[0]}"
+        )
