@@ -73,8 +73,12 @@ def _index_shards_missing(folder: str) -> str | None:
     return None
 
 
-def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
-    """Why ``folder`` cannot be resumed from, or ``None`` when it is complete."""
+def checkpoint_problem(folder: str | os.PathLike[str], content: bool = True) -> str | None:
+    """Why ``folder`` cannot be resumed from, or ``None`` when it is complete.
+
+    ``content=False`` leaves out the content check (:func:`~hf_lightning.checkpoint.verify.content_problem`)
+    for a folder whose content was just checked.
+    """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         return "it is not a folder"
@@ -93,7 +97,7 @@ def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
     )
     if empty:
         return f"its files {empty} are empty"
-    return _index_shards_missing(folder) or content_problem(folder)
+    return _index_shards_missing(folder) or (content_problem(folder) if content else None)
 
 
 def resume_problem(folder: str | os.PathLike[str]) -> str | None:
