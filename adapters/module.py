@@ -29,6 +29,7 @@ import lightning as L
 import torch
 from torch import nn
 
+from hf_lightning.adapters.grad_clipping import ClipOrder
 from hf_lightning.adapters.module_checks import (
     batch_rows,
     check_engine_module,
@@ -42,7 +43,7 @@ from hf_lightning.adapters.protocols import LoopDriver
 from hf_lightning.adapters.standalone_driver import StandaloneDriver
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
-from hf_lightning.loss import LossSettings, compute_model_loss, count_items_in_batch
+from hf_lightning.loss import LossSettings, compute_model_loss
 from hf_lightning.optim.schedulers import steps_per_update
 
 __all__ = ["HFModule", "StandaloneDriver"]
@@ -94,6 +95,7 @@ class HFModule(L.LightningModule):
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
+        self._clip_order = ClipOrder()  # max_grad_norm clips in the model's parameter order
         self._scheduler_state: dict[str, Any] | None = None  # from a Lightning checkpoint, until restored
 
     def _loss_settings(self, world_size: int) -> LossSettings:
@@ -265,6 +267,7 @@ class HFModule(L.LightningModule):
 
     def teardown(self, stage: str) -> None:
         self._plain_backward = None  # the next fit (another trainer, other callbacks) decides again
+        self._clip_order = ClipOrder()
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
         """Lightning's transfer, skipped on the CPU when the driver places each micro-batch itself.
@@ -330,7 +333,8 @@ class HFModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
-        params = [p for p in self._optimized_parameters() if p.grad is not None]
+        ordered = self._clip_order.parameters(self.model, self._optimized_parameters())
+        params = [p for p in ordered if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
         self.last_grad_norm = float(norm)
         self.driver.on_pre_optimizer_step()
@@ -365,10 +369,9 @@ class HFModule(L.LightningModule):
         )
 
     def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
-        """``num_items_in_batch`` of a window, summed over data-parallel ranks when averaging tokens."""
-        if not self.loss_settings.counts_items():
-            return None
-        count = count_items_in_batch(window, shift_labels=self.loss_settings.shift_labels)
+        """``num_items_in_batch`` of a window (summed over ranks when averaging tokens); probes the loss rule."""
+        probe = self.model if self.settings.torch_compile else self.train_model  # compiled: the plain model
+        count = self.loss_settings.count(probe, window)
         if count is None:
             return None
         count = count.to(self.device)

@@ -28,6 +28,8 @@ class TrainingRunPart(Protocol):
 
     trial: Any
     start_time: float
+    window_items: Any
+    """``num_items_in_batch`` of the current step's window (None when the model's loss counts none)."""
 
     def start(self) -> None:
         """The loop begins: start the clock."""
@@ -46,6 +48,9 @@ class TrainingRunPart(Protocol):
 
     def log_save_evaluate(self, grad_norm: float | None, epoch: float, learning_rate: float | None) -> None:
         """After a step or an epoch: log, evaluate and save as ``control`` asks."""
+
+    def empty_epoch(self) -> None:
+        """An epoch yielded no batch: raise when no step of this run happened yet, else warn (training stops)."""
 
 
 class CheckpointPart(Protocol):
@@ -92,11 +97,12 @@ class TrainerFacade(Protocol):
     optimizer: Any
     lr_scheduler: Any
     compute_loss_func: Callable[..., Any] | None
-    loss_shifts_labels: bool
+    loss_shifts_labels: bool | None
     callback_handler: CallbackHandler
     state: TrainerState
     control: TrainerControl
     accelerator: Any  # adapters.accelerator.LightningAccelerator
+    deepspeed: Any  # the DeepSpeed engine while training under DeepSpeed (transformers' name)
     current_gradient_accumulation_steps: int
     hp_space: Callable[[Any], dict[str, Any]]
     jit_kill_wait: float

@@ -2,14 +2,20 @@
 
 A Lightning user can hand any of these to their own ``DataLoader``:
 
-* :class:`ShardedSampler` — ``"random"`` and ``"sequential"``: torch's ``DistributedSampler``
-  (same padding and ``drop_last`` rules) that also works without an initialised process group.
-* :class:`LengthGroupedSampler` / :class:`DistributedLengthGroupedSampler` — ``"group_by_length"``:
-  shuffled megabatches of ``50 × batch_size`` samples, each sorted by length (longest first), with
-  the longest sample of the epoch moved to the very first batch so that an out-of-memory error
-  shows up at once. For a given ``(seed, epoch)`` the order equals transformers'
-  ``DistributedLengthGroupedSampler`` (and its ``LengthGroupedSampler`` given a generator seeded
-  with ``seed + epoch``).
+* :class:`ShardedSampler` — ``"random"`` and ``"sequential"``: the epoch's order (a ``seed + epoch``
+  permutation, as accelerate's ``SeedableRandomSampler`` draws it for transformers' Trainer, or the
+  dataset order), shared between the processes.
+* :class:`LengthGroupedSampler` — ``"group_by_length"``: shuffled megabatches of ``50 × batch_size``
+  samples, each sorted by length (longest first), with the longest sample of the epoch moved to the
+  very first batch so that an out-of-memory error shows up at once; for a given ``(seed, epoch)`` the
+  order equals transformers' ``LengthGroupedSampler`` given a generator seeded with ``seed + epoch``.
+  :class:`DistributedLengthGroupedSampler` has transformers' class of that name's signature and split.
+
+How the epoch's order is split between processes: given ``per_device_batch_size`` (the Trainer and
+:func:`build_train_sampler` pass it), as transformers' Trainer under ``torchrun`` splits it —
+accelerate's ``BatchSamplerShard`` cuts the order into batches of that size and deals whole batches
+to the ranks in turn (:func:`~hf_lightning.adapters.samplers_common.shard_batches`). Without it,
+torch's ``DistributedSampler`` rule: rank ``r`` takes every ``num_replicas``-th index.
 * :class:`~hf_lightning.adapters.samplers_rebalance.BatchRebalanceSampler` — ``"batch_rebalance"``.
 * :func:`build_train_sampler` — picks one of them from the strategy name.
 
@@ -28,7 +34,12 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DistributedSampler
 
-from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
+from hf_lightning.adapters.samplers_common import (
+    as_length_list,
+    resolve_replicas,
+    shard_batches,
+    shard_length,
+)
 from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import compute_lengths
@@ -89,9 +100,11 @@ def _shard(indices: list[int], num_replicas: int, rank: int, total_size: int) ->
 class ShardedSampler(DistributedSampler):
     """``"random"`` (``shuffle=True``) and ``"sequential"`` (``shuffle=False``) sampling, rank-aware.
 
-    Exactly torch's ``DistributedSampler`` (a ``seed + epoch`` permutation, padded by repetition or
-    trimmed with ``drop_last`` so every rank gets the same count, rank ``r`` taking every
-    ``num_replicas``-th index), except that ``num_replicas`` and ``rank`` default to 1 and 0 when no
+    The epoch's order is a ``seed + epoch`` permutation (or the dataset order). With
+    ``per_device_batch_size`` each rank gets whole consecutive batches of it, dealt in turn, as
+    transformers' Trainer (through accelerate) under several processes; without, torch's
+    ``DistributedSampler`` (padded by repetition or trimmed with ``drop_last``, rank ``r`` taking
+    every ``num_replicas``-th index). ``num_replicas`` and ``rank`` default to 1 and 0 when no
     process group is initialised. ``data_source`` is the dataset or just its size.
     """
 
@@ -104,7 +117,9 @@ class ShardedSampler(DistributedSampler):
         rank: int | None = None,
         seed: int = 0,
         drop_last: bool = False,
+        per_device_batch_size: int | None = None,
     ) -> None:
+        self.per_device_batch_size = _batch_size_or_none(per_device_batch_size, "ShardedSampler")
         if isinstance(data_source, int):
             if data_source < 0:
                 raise ValueError(f"`ShardedSampler(data_source={data_source})` must be a size >= 0")
@@ -118,6 +133,38 @@ class ShardedSampler(DistributedSampler):
             seed=seed,
             drop_last=drop_last,
         )
+
+    def __iter__(self) -> Iterator[int]:
+        if self.per_device_batch_size is None or self.num_replicas == 1:  # one process: the whole order
+            return super().__iter__()
+        total = len(cast(Sized, self.dataset))
+        if self.shuffle:
+            order = torch.randperm(
+                total, generator=torch.Generator().manual_seed(self.seed + self.epoch)
+            ).tolist()
+        else:
+            order = list(range(total))
+        return iter(
+            _by_batches(order, self.per_device_batch_size, self.num_replicas, self.rank, self.drop_last)
+        )
+
+    def __len__(self) -> int:
+        if self.per_device_batch_size is None or self.num_replicas == 1:
+            return super().__len__()
+        total = len(cast(Sized, self.dataset))
+        return shard_length(total, self.per_device_batch_size, self.num_replicas, self.drop_last)
+
+
+def _batch_size_or_none(value: int | None, owner: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise ValueError(f"`{owner}(per_device_batch_size={value!r})` must be a positive integer or None")
+    return value
+
+
+def _by_batches(
+    order: list[int], batch_size: int, num_replicas: int, rank: int, drop_last: bool
+) -> list[int]:
+    return [i for batch in shard_batches(order, batch_size, num_replicas, rank, drop_last) for i in batch]
 
 
 class LengthGroupedSampler(DistributedSampler):
@@ -135,6 +182,9 @@ class LengthGroupedSampler(DistributedSampler):
         num_replicas, rank, seed, drop_last: as torch's ``DistributedSampler``.
         length_column_name: the precomputed length column looked up in ``dataset``.
         megabatch_mult: megabatch size in batches (default 50, fewer for small datasets).
+        per_device_batch_size: each rank's batch size: when given, the epoch's order over the whole
+            dataset is dealt to the ranks in whole batches of it (transformers' Trainer under
+            several processes); when None, rank ``r`` takes every ``num_replicas``-th index.
     """
 
     def __init__(
@@ -151,8 +201,10 @@ class LengthGroupedSampler(DistributedSampler):
         drop_last: bool = False,
         length_column_name: str = "length",
         megabatch_mult: int | None = None,
+        per_device_batch_size: int | None = None,
     ) -> None:
         owner = type(self).__name__
+        self.per_device_batch_size = _batch_size_or_none(per_device_batch_size, owner)
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`{owner}(batch_size={batch_size!r})` must be a positive integer")
         if dataset is None and lengths is None:
@@ -176,9 +228,17 @@ class LengthGroupedSampler(DistributedSampler):
         if generator is None:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
         indices = length_grouped_indices(self.lengths, self.batch_size, self.megabatch_mult, generator)
+        if self.per_device_batch_size is not None and self.num_replicas > 1:
+            return iter(
+                _by_batches(indices, self.per_device_batch_size, self.num_replicas, self.rank, self.drop_last)
+            )
         return iter(_shard(indices, self.num_replicas, self.rank, self.total_size))
 
     def __len__(self) -> int:
+        if self.per_device_batch_size is not None and self.num_replicas > 1:
+            return shard_length(
+                len(self.lengths), self.per_device_batch_size, self.num_replicas, self.drop_last
+            )
         return self.num_samples
 
 
@@ -225,7 +285,8 @@ def build_train_sampler(
     ``DataLoader(batch_sampler=...)``. ``lengths`` is the per-sample lengths, or, for ``"random"``
     and ``"sequential"`` (which do not need them), just the dataset size. ``batch_size`` is
     ``per_device_train_batch_size``; ``seed`` is ``data_seed`` (or ``seed``); ``drop_last`` is
-    ``dataloader_drop_last``.
+    ``dataloader_drop_last``. Under several processes each rank gets the batches transformers' Trainer
+    gives it (whole batches of the epoch's order, dealt in turn); ``batch_rebalance`` splits its own.
     """
     if strategy not in SAMPLING_STRATEGIES:
         raise ValueError(
@@ -235,11 +296,16 @@ def build_train_sampler(
     world: dict[str, Any] = {"num_replicas": num_replicas, "rank": rank, "seed": seed, "drop_last": drop_last}
     if strategy not in LENGTH_SAMPLING_STRATEGIES:  # "random" / "sequential": the size is enough
         size = lengths if isinstance(lengths, int) else len(lengths)
-        return ShardedSampler(size, shuffle=strategy == "random", **world), None
+        return ShardedSampler(
+            size, shuffle=strategy == "random", per_device_batch_size=batch_size, **world
+        ), None
     if isinstance(lengths, int):
         raise ValueError(
             f"`train_sampling_strategy={strategy!r}` needs one length per sample, got only the size {lengths}"
         )
     if strategy == "group_by_length":
-        return LengthGroupedSampler(batch_size * gradient_accumulation_steps, lengths=lengths, **world), None
+        megabatch = batch_size * gradient_accumulation_steps
+        return LengthGroupedSampler(
+            megabatch, lengths=lengths, per_device_batch_size=batch_size, **world
+        ), None
     return None, BatchRebalanceSampler(lengths, batch_size, gradient_accumulation_steps, **world)

@@ -1,11 +1,12 @@
 """Hyperparameter search with Optuna (offline): learning rate, warmup and seed of a small GPT-2.
 
 The data are Python's own help topics as UTF-8 bytes (vocabulary 256), the model is built from a
-config, so nothing is downloaded. Each trial trains 40 steps and evaluates every 10; Optuna's
+config, so nothing is downloaded. Each trial trains 40 steps (``--max_steps``) and evaluates every 10; Optuna's
 MedianPruner stops trials whose evaluation loss falls behind. With ``--storage`` the study is kept in
 SQLite: run the script again and it continues the study up to ``--n_trials`` instead of starting over.
+It needs the ``examples`` extra (``optuna`` beside ``transformers``): pip install -e ".[examples]".
 
-    python examples/hpsearch_optuna.py [--n_trials 6] [--storage sqlite:///hpsearch.db]
+    python examples/hpsearch_optuna.py [--n_trials 6] [--max_steps 40] [--storage sqlite:///hpsearch.db]
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
+from _extras import require
+
+require("examples", "transformers", "optuna")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -34,7 +39,10 @@ def model_init(trial):
     config = GPT2Config(
         n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
     )
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    # GPT-2's class name does not name its loss, so transformers would warn once and fall back to this one
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 def hp_space(trial):
@@ -48,6 +56,7 @@ def hp_space(trial):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n_trials", type=int, default=6)
+    parser.add_argument("--max_steps", type=int, default=40, help="training steps of each trial")
     parser.add_argument("--storage", default=None, help="e.g. sqlite:///hpsearch.db (resumable study)")
     parser.add_argument("--output_dir", default="hpsearch_optuna_output")
     cli = parser.parse_args()
@@ -60,7 +69,7 @@ def main() -> None:
     examples = byte_chunks(seq_len=64, limit=576)
     args = TrainingArguments(
         output_dir=cli.output_dir,
-        max_steps=40,
+        max_steps=cli.max_steps,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
         eval_strategy="steps",

@@ -3,8 +3,9 @@
 Trials run in Ray worker processes, two at a time on a local Ray instance (or on a cluster with
 ``--address``); the ASHA scheduler stops trials whose evaluation loss falls behind. Each trial's
 checkpoints go to ``output_dir/run-{trial_id}/``, and the best run's ``run_summary`` is Ray's result grid.
+It needs the ``examples`` extra (``ray[tune]`` beside ``transformers``): pip install -e ".[examples]".
 
-    python examples/hpsearch_ray.py [--n_trials 4] [--address ray://head:10001]
+    python examples/hpsearch_ray.py [--n_trials 4] [--max_steps 40] [--address ray://head:10001]
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 
-import torch
+from _extras import require
+
+require("examples", "transformers", "ray.tune")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -34,7 +39,10 @@ def model_init(trial):
     config = GPT2Config(
         n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
     )
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    # GPT-2's class name does not name its loss, so transformers would warn once and fall back to this one
+    model.loss_type = "ForCausalLM"
+    return model
 
 
 def hp_space(trial):
@@ -46,6 +54,7 @@ def hp_space(trial):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n_trials", type=int, default=4)
+    parser.add_argument("--max_steps", type=int, default=40, help="training steps of each trial")
     parser.add_argument("--address", default=None, help="a Ray cluster to join (default: start a local one)")
     parser.add_argument("--output_dir", default="hpsearch_ray_output")
     cli = parser.parse_args()
@@ -60,7 +69,7 @@ def main() -> None:
     examples = byte_chunks(seq_len=64, limit=576)
     args = TrainingArguments(
         output_dir=cli.output_dir,
-        max_steps=40,
+        max_steps=cli.max_steps,
         per_device_train_batch_size=16,
         per_device_eval_batch_size=64,
         eval_strategy="steps",

@@ -1,7 +1,8 @@
-"""Quickstart (offline): fine-tune a small GPT-2 with hf_lightning.Trainer on Python's own docs.
+"""Quickstart: fine-tune a small GPT-2 with hf_lightning.Trainer on Python's own docs.
 
 The text is `pydoc_data.topics` (it ships with every CPython); the tokenizer is the identity on
-UTF-8 bytes (vocabulary 256), so nothing is downloaded. The model is built from a config.
+UTF-8 bytes (vocabulary 256), so nothing is downloaded. The model is built from a config. It needs
+the `transformers` extra (for the model classes): pip install -e ".[transformers]".
 
     python examples/quickstart.py [--max_steps 150] [--output_dir quickstart_output]
 """
@@ -12,7 +13,11 @@ import argparse
 import math
 import os
 
-import torch
+from _extras import require
+
+require("transformers", "transformers")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -51,6 +56,8 @@ def main() -> None:
         n_layer=2, n_embd=128, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0
     )
     model = GPT2LMHeadModel(config)
+    # GPT-2's class name does not name its loss, so transformers would warn once and fall back to this one
+    model.loss_type = "ForCausalLM"
 
     args = TrainingArguments(
         output_dir=cli.output_dir,

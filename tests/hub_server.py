@@ -211,8 +211,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _create(self, payload: dict[str, Any]) -> None:
         namespace = payload.get("organization") or self._user()
         repo_id = f"{namespace}/{payload['name']}"
-        if self.hub.exists(repo_id):
-            return self._error(409, "You already created this model repo")
+        if self.hub.exists(
+            repo_id
+        ):  # the Hub's 409 names the repository's url too (create_repo(exist_ok=True) reads it)
+            return self._send(
+                409, {"error": "You already created this model repo", "url": f"{self.hub.url}/{repo_id}"}
+            )
         self.hub.create(repo_id, payload.get("visibility") == "private")
         self._send(200, {"url": f"{self.hub.url}/{repo_id}", "name": repo_id})
 

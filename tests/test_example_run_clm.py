@@ -1,14 +1,17 @@
-"""examples/run_clm.py, shaped like transformers' official script, runs end to end and resumes."""
+"""examples/run_clm.py, shaped like transformers' official script, runs end to end and resumes.
+
+It runs from the install the README names for it: a simulated fresh venv holding only that extra
+(tests/_venv.py).
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import re
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "run_clm.py"
+from tests._venv import ROOT, readme_examples, run_in_venv
+
+SCRIPT = ROOT / "examples" / "run_clm.py"
 COMMON = [
     "--do_train",
     "--do_eval",
@@ -30,17 +33,9 @@ COMMON = [
 
 
 def _run(output_dir, max_steps):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    cmd = [
-        sys.executable,
-        str(SCRIPT),
-        "--output_dir",
-        str(output_dir),
-        "--max_steps",
-        str(max_steps),
-        *COMMON,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    extra = readme_examples()["run_clm"][1]
+    argv = [str(SCRIPT), "--output_dir", str(output_dir), "--max_steps", str(max_steps), *COMMON]
+    return run_in_venv((extra,), argv, cwd=output_dir, OMP_NUM_THREADS="1", TQDM_DISABLE="1")
 
 
 def test_run_clm_trains_then_resumes_with_a_model_card_and_info_lines(tmp_path):
@@ -63,3 +58,7 @@ def test_run_clm_trains_then_resumes_with_a_model_card_and_info_lines(tmp_path):
     state = json.loads((tmp_path / "trainer_state.json").read_text())
     assert state["global_step"] == 8
     assert (tmp_path / "README.md").exists() and (tmp_path / "eval_results.json").exists()
+    note = re.search(r"Perplexity (\d+) after 8 steps\. A model that has learnt nothing", second.stdout)
+    assert note is not None, second.stdout[-2000:]  # the script says what its perplexity means
+    eval_results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert int(note.group(1)) == round(eval_results["perplexity"])

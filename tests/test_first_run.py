@@ -1,25 +1,28 @@
-"""A transformers user's first run is quiet: the quickstart prints no Lightning warning they cannot act on.
+"""A transformers user's first run is quiet: the quickstart prints progress bars and its results, no warning.
 
-``evaluate()`` before ``train()`` (as the quickstart does) must not make Lightning warn about modules in
-eval mode, and no other Lightning line (tips, skipped validation loops, deprecations) reaches stderr.
-A Lightning user's own fit keeps Lightning's warnings (docs/divergences.md).
+The quickstart runs as the README has a newcomer run it: in a (simulated, tests/_venv.py) fresh venv holding
+only the extra the README names for it, with Python's default warning filters. ``evaluate()`` before
+``train()`` must not make Lightning warn about modules in eval mode, no other Lightning line (tips,
+skipped validation loops, deprecations) reaches stderr, and neither does transformers' ``loss_type=None``
+notice: stderr is progress bars only. A Lightning user's own fit keeps Lightning's warnings
+(docs/divergences.md).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import lightning as L
 import pytest
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-ROOT = Path(__file__).resolve().parents[1]
-QUICKSTART = ROOT / "examples" / "quickstart.py"
+from tests._venv import example_argv, readme_examples, run_in_venv
+
 STEPS = 2
+# A line of a tqdm progress bar ("Writing model shards:  0%|          | 0/1 [00:00<?, ?it/s]"), or a
+# bar's blank redraw.
+PROGRESS_BAR = re.compile(r"\d+%\|.*\| *\d+/\d+ \[|^\s*$")
 
 # A line Lightning wrote: a warning attributed to its files, or its own words.
 LIGHTNING_LINE = re.compile(
@@ -30,17 +33,11 @@ LIGHTNING_LINE = re.compile(
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory) -> subprocess.CompletedProcess:
-    """The quickstart run once, as a user runs it, with Python's default warning filters."""
+    """The README's quickstart command run once, from the README's install for it, with a short run."""
     folder = tmp_path_factory.mktemp("first_run")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    return subprocess.run(
-        [sys.executable, str(QUICKSTART), "--max_steps", str(STEPS), "--output_dir", str(folder / "out")],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    command, extra = readme_examples()["quickstart"]
+    argv = example_argv(command, "--max_steps", str(STEPS), "--output_dir", str(folder / "out"))
+    return run_in_venv((extra,), argv, cwd=folder)
 
 
 def _lines(stderr: str) -> list[str]:
@@ -52,6 +49,22 @@ def test_quickstart_exits_cleanly(quickstart):
     """The quickstart finishes with exit status 0 and reports the trained steps."""
     assert quickstart.returncode == 0, quickstart.stderr[-3000:]
     assert f"after {STEPS} steps" in quickstart.stdout
+
+
+def test_quickstart_stderr_is_progress_bars_only(quickstart):
+    """No warning line on stderr: not Lightning's, not transformers' `loss_type=None ... unrecognized`."""
+    assert "loss_type" not in quickstart.stderr
+    assert [line for line in _lines(quickstart.stderr) if not PROGRESS_BAR.search(line)] == []
+
+
+def test_quickstart_prints_its_losses_before_and_after(quickstart):
+    """stdout: the evaluation loss and perplexity before and after training, and where the model went."""
+    lines = quickstart.stdout.splitlines()
+    assert re.fullmatch(r"before training: eval loss \d+\.\d{3}, perplexity \d+\.\d", lines[0])
+    assert any(
+        re.fullmatch(rf"after {STEPS} steps: eval loss \d+\.\d{{3}}, perplexity \d+\.\d", x) for x in lines
+    )
+    assert lines[-1].startswith("model saved to ")
 
 
 def test_quickstart_prints_no_lightning_warning(quickstart):

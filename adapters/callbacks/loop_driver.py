@@ -72,6 +72,8 @@ class TrainLoopDriver:
         self.grad_norm: float | None = None
         self.learning_rate: float | None = None
         self.module: Any = None
+        self.micro_batch = 0
+        """The index of the running micro-batch in its accumulation window."""
 
     @property
     def trial(self) -> Any:
@@ -100,6 +102,9 @@ class TrainLoopDriver:
     def on_train_begin(self) -> None:
         t = self.trainer
         t.model.zero_grad()
+        engine = getattr(self.module.trainer.strategy, "deepspeed_engine", None)
+        if engine is not None:  # transformers' trainer.deepspeed: the engine training the model
+            t.deepspeed = engine
         t.run.start()
         for attr in ("model", "optimizer", "lr_scheduler"):
             setattr(t.callback_handler, attr, getattr(t, attr))
@@ -121,15 +126,21 @@ class TrainLoopDriver:
 
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
         t = self.trainer
-        t.current_gradient_accumulation_steps = self.module.window_size
+        window = self.module.window_size
+        t.current_gradient_accumulation_steps = window
+        t.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
+        # accelerate's sync_gradients: True on the micro-batch that completes the optimizer step
+        t.accelerator.gradient_state.sync_gradients = self.micro_batch == window - 1
         return t.training_step(model, inputs, num_items_in_batch)
 
     def on_step_begin(self) -> None:
+        self.micro_batch = 0
         self.trainer.run.on_resume_point("step")
         self._event("on_step_begin")
 
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         self.step += 1
+        self.micro_batch += 1
         self.trainer.run.add_micro_batch(inputs, loss)
 
     def on_substep_end(self) -> None:
@@ -156,7 +167,8 @@ class TrainLoopDriver:
 
     def on_epoch_end(self) -> None:
         t = self.trainer
-        if self.step < 0:
+        if self.step < 0:  # the epoch yielded no batch: an error before the run's first step, else a warning
+            t.run.empty_epoch()
             t.control.should_training_stop = True
         self._event("on_epoch_end")
         self._log_save_evaluate(self.grad_norm, self.learning_rate)

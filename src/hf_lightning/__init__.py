@@ -56,11 +56,14 @@ _EXPORTS: dict[str, str] = {
     "get_cosine_schedule_with_warmup": "optim",
     "Adafactor": "optim",
     "CheckpointError": "checkpoint",
+    "DiskFullError": "checkpoint",
+    "OutputDirBusyError": "checkpoint",
     "DataCollatorWithPadding": "data",
     "logging": "utils",  # transformers.logging's place: hf_lightning.utils.logging
     # facade
     "Trainer": "trainer",
     "Seq2SeqTrainer": "trainer",
+    "use_as_transformers_trainer": "trainer",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -8,20 +8,23 @@ This is the engine-free core shared by ``Trainer.compute_loss`` and ``HFModule``
 - ``compute_model_loss`` runs the model on one micro-batch and returns its share of the window's
   loss, exactly as transformers' ``Trainer.compute_loss`` does.
 
+How the model's own loss reduces over a batch (does it divide by the count, is it a mean, does it
+shift the labels) is asked of the model, once: :mod:`hf_lightning.loss_rule`.
+
 Divergences from transformers (listed in ``docs/divergences.md``, each tested):
-1. causal LMs are recognised by their loss type *or* their class/config, so GPT-2's count is of the
-   shifted labels (transformers counts the unshifted ones for ``GPT2LMHeadModel``);
-2. a transformers model whose ``forward`` takes ``**kwargs`` but computes its loss itself (a mean
-   that ignores ``num_items_in_batch``: sequence and token classification, BERT's masked LM, T5 and
-   BART's seq2seq heads) has each micro-batch's mean re-weighted by its share of the window's
-   target items, so gradient accumulation equals the big batch (transformers neither normalises
-   nor divides by the accumulation steps for such models: its loss is GA times too large);
+1. where transformers' loss registry is silent (GPT-2 has no ``loss_type``), the label shift is found
+   from the model's loss, so GPT-2's count is of the shifted labels (transformers counts unshifted);
+2. a model whose ``forward`` takes ``**kwargs`` but whose loss does not divide by
+   ``num_items_in_batch`` (a mean over its own micro-batch: sequence, token and image classification,
+   BERT's masked LM, T5 and BART's seq2seq heads; or a sum: CTC) has each micro-batch's mean weighted
+   by its share of the window's target items (a sum is kept as it is), so gradient accumulation
+   equals the big batch (transformers neither normalises nor divides by the accumulation steps for
+   such models: its loss is GA times too large);
 5. label smoothing works for a plain ``nn.Module`` without a ``config``.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,13 +33,20 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from hf_lightning.loss_rule import (
+    LossRule,
+    cached_loss_rule,
+    probe_loss_rule,
+    registry_shifts_labels,
+    unwrap_model,
+)
+
 __all__ = [
     "IGNORE_INDEX",
     "LabelSmoother",
     "LossSettings",
     "compute_model_loss",
     "count_items_in_batch",
-    "loss_ignores_item_count",
     "loss_is_scaled_for_ga",
     "loss_shifts_labels",
     "model_accepts_loss_kwargs",
@@ -44,15 +54,6 @@ __all__ = [
 ]
 
 IGNORE_INDEX = -100
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The user's model inside DDP/compile wrappers (``.module`` / ``._orig_mod`` chains)."""
-    while True:
-        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-        if not isinstance(inner, nn.Module):
-            return model
-        model = inner
 
 
 def model_accepts_loss_kwargs(model: nn.Module) -> bool:
@@ -65,46 +66,16 @@ def model_accepts_loss_kwargs(model: nn.Module) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def loss_ignores_item_count(model: nn.Module) -> bool:
-    """Whether a transformers model takes ``**kwargs`` but its loss is a mean that ignores the item count.
-
-    Decided from what the loss really does: a transformers model (it has a ``config``) normalises by
-    ``num_items_in_batch`` only when its ``forward`` hands the keyword arguments to
-    ``self.loss_function`` (the loss registry of its ``loss_type``) or reads the count itself; a head
-    that builds its own ``CrossEntropyLoss`` / ``MSELoss`` averages over its own items. An explicit
-    ``accepts_loss_kwargs`` attribute on the model wins (True: the loss uses the count).
-    """
-    model = unwrap_model(model)
-    if isinstance(getattr(model, "accepts_loss_kwargs", None), bool):
-        return False
-    if getattr(model, "config", None) is None or not model_accepts_loss_kwargs(model):
-        return False
-    return not _forward_uses_item_count(type(model).forward)
-
-
-@functools.lru_cache(maxsize=64)
-def _forward_uses_item_count(forward: Callable[..., Any]) -> bool:
-    try:
-        source = inspect.getsource(forward)
-    except (OSError, TypeError):
-        return True  # unknown: keep transformers' reading (the count is used)
-    return "self.loss_function(" in source or "num_items_in_batch" in source
-
-
 def loss_shifts_labels(model: nn.Module) -> bool:
-    """Whether the model's own loss predicts ``labels[..., 1:]`` (a decoder-only causal LM).
+    """Whether the model's loss predicts ``labels[..., 1:]``, as far as is known before a batch is seen.
 
-    transformers decides this from the loss-type registry only, which misses ``GPT2LMHeadModel``;
-    we also recognise the usual class names. Pass ``shift_labels=`` explicitly where neither works.
+    The probe's answer once a batch has been seen (:func:`hf_lightning.loss_rule.probe_loss_rule`),
+    else transformers' loss registry, else False.
     """
-    model = unwrap_model(model)
-    config = getattr(model, "config", None)
-    if getattr(config, "is_encoder_decoder", False):
-        return False
-    if getattr(model, "loss_type", None) == "ForCausalLM":
-        return True
-    name = type(model).__name__
-    return name.endswith("ForCausalLM") or name.endswith("LMHeadModel")
+    rule = cached_loss_rule(model)
+    if rule is not None:
+        return rule.shift_labels
+    return bool(registry_shifts_labels(model))
 
 
 def count_items_in_batch(batches: Sequence[Mapping[str, Any]], *, shift_labels: bool) -> torch.Tensor | None:
@@ -166,15 +137,14 @@ class LabelSmoother:
 
 @dataclass(frozen=True)
 class LossSettings:
-    """How one model's loss is computed; decided once per training run."""
+    """How one model's loss is computed; decided once per training run (the model's rule at its first batch)."""
 
     accepts_loss_kwargs: bool
-    shift_labels: bool
+    shift_labels: bool | None = None  # None: asked of the model (hf_lightning.loss_rule)
     label_smoother: LabelSmoother | None = None
     compute_loss_func: Callable[..., torch.Tensor] | None = None
     average_tokens_across_devices: bool = True
     world_size: int = 1
-    reweights_mean_loss: bool = False  # the loss is a mean over its own items: re-weighted to the window
 
     @classmethod
     def for_model(
@@ -188,25 +158,41 @@ class LossSettings:
         shift_labels: bool | None = None,
         accepts_loss_kwargs: bool | None = None,
     ) -> LossSettings:
-        """Inspect ``model`` once; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win."""
-        reweights = (
-            accepts_loss_kwargs is None and compute_loss_func is None and loss_ignores_item_count(model)
-        )
+        """Settings for ``model``; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win over the model's answer."""
         return cls(
             accepts_loss_kwargs=(
                 model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None else accepts_loss_kwargs
             ),
-            shift_labels=loss_shifts_labels(model) if shift_labels is None else shift_labels,
+            shift_labels=shift_labels,
             label_smoother=LabelSmoother(label_smoothing_factor) if label_smoothing_factor else None,
             compute_loss_func=compute_loss_func,
             average_tokens_across_devices=average_tokens_across_devices,
             world_size=world_size,
-            reweights_mean_loss=reweights,
         )
 
     def counts_items(self) -> bool:
         """Whether ``num_items_in_batch`` is needed (the model or the loss function normalises by it)."""
         return self.accepts_loss_kwargs or self.compute_loss_func is not None
+
+    def rule(self, model: nn.Module, batch: Mapping[str, Any]) -> LossRule:
+        """The model's loss rule, probed on ``batch`` the first time (see :mod:`hf_lightning.loss_rule`)."""
+        rule = probe_loss_rule(
+            model, batch, accepts_loss_kwargs=self.accepts_loss_kwargs, shift_labels=self.shift_labels
+        )
+        if self.shift_labels is None or rule.shift_labels == self.shift_labels:
+            return rule
+        return LossRule(rule.reduction, self.shift_labels)
+
+    def count(self, model: nn.Module, batches: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
+        """``num_items_in_batch`` of one process's window (None when not needed or not countable)."""
+        if not self.counts_items() or not batches or not isinstance(batches[0], Mapping):
+            return None
+        if "labels" not in batches[0]:
+            return None
+        shift = self.shift_labels
+        if shift is None:
+            shift = self.rule(model, batches[0]).shift_labels
+        return count_items_in_batch(batches, shift_labels=shift)
 
     def loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
         """Whether the loss is already normalised over the window (else it is divided by the window size)."""
@@ -238,25 +224,34 @@ def compute_model_loss(
     num_items_in_batch: torch.Tensor | int | None = None,
     return_outputs: bool = False,
 ) -> Any:
-    """Run ``model`` on one micro-batch and return its loss (and outputs), as transformers does."""
+    """Run ``model`` on one micro-batch and return its loss (and outputs), as transformers does.
+
+    A model whose own loss does not divide by the count (its rule, :mod:`hf_lightning.loss_rule`) is
+    not given it: a mean is weighted by the micro-batch's share of the window's items, a sum is kept.
+    """
     inputs = dict(inputs)
     labels = None
     if (settings.label_smoother is not None or settings.compute_loss_func is not None) and "labels" in inputs:
         labels = inputs.pop("labels")
-    if settings.accepts_loss_kwargs and num_items_in_batch is not None and not settings.reweights_mean_loss:
-        inputs["num_items_in_batch"] = num_items_in_batch
+    rule = None
+    if settings.accepts_loss_kwargs and num_items_in_batch is not None:
+        if labels is None and "labels" in inputs:  # the model's own loss: does it use the count?
+            rule = settings.rule(model, inputs)
+        if rule is None or rule.passes_count:
+            inputs["num_items_in_batch"] = num_items_in_batch
     outputs = model(**inputs)
     if settings.compute_loss_func is not None:
         loss = settings.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
     elif labels is not None:
         smoother = cast(LabelSmoother, settings.label_smoother)  # set: labels were popped for it
-        loss = smoother(
-            outputs, labels, shift_labels=settings.shift_labels, num_items_in_batch=num_items_in_batch
+        shift = (
+            bool(settings.shift_labels) if settings.shift_labels is not None else loss_shifts_labels(model)
         )
+        loss = smoother(outputs, labels, shift_labels=shift, num_items_in_batch=num_items_in_batch)
     else:
         loss = _loss_from_outputs(outputs, inputs)
-        if settings.reweights_mean_loss and num_items_in_batch is not None:
-            loss = _reweighted(loss, inputs, settings.shift_labels, num_items_in_batch)
+        if rule is not None and rule.reweights:
+            loss = _reweighted(loss, inputs, rule.shift_labels, cast(Any, num_items_in_batch))
     if (
         settings.average_tokens_across_devices
         and settings.counts_items()

@@ -2,14 +2,15 @@
 
 transformers trains an empty dataset for ``max_steps`` steps that never happen (``global_step=0``,
 ``training_loss=0.0``) or fails on a missing length; here ``train()`` raises a ``ValueError`` that says
-why there is nothing to train on (``docs/divergences.md``).
+why there is nothing to train on (``docs/divergences.md``). A stream (an ``IterableDataset``) has no length:
+:func:`no_batch_error` is raised when its first epoch ends before one complete batch.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["check_train_dataloader"]
+__all__ = ["check_train_dataloader", "no_batch_error"]
 
 
 def _length(obj: Any) -> int | None:
@@ -41,4 +42,21 @@ def check_train_dataloader(dataloader: Any, dataset: Any, args: Any) -> None:
         f"`per_device_train_batch_size={args.per_device_train_batch_size}` per process, and "
         "`TrainingArguments(dataloader_drop_last=True)` drops the incomplete batch: the training "
         "dataloader yields no batch. Lower the batch size or set dataloader_drop_last=False."
+    )
+
+
+def no_batch_error(dataset: Any, args: Any) -> ValueError:
+    """The error for a training stream that ended before its first complete batch (no step happened)."""
+    name = type(dataset).__name__
+    drop = bool(getattr(args, "dataloader_drop_last", False))
+    why = (
+        f"it holds fewer examples than one batch of `per_device_train_batch_size={args.per_device_train_batch_size}` "
+        "per process, and `dataloader_drop_last=True` drops that incomplete batch"
+        if drop
+        else "it is empty (`dataloader_drop_last=False`)"
+    )
+    return ValueError(
+        f"`Trainer(train_dataset=...)` ({name}) yielded no batch, so not one of the `max_steps={args.max_steps}` "
+        f"steps ran: {why}. There is nothing to train on; pass a stream with at least one batch"
+        + (" or set dataloader_drop_last=False." if drop else ".")
     )

@@ -38,6 +38,7 @@ def status_server(tmp_path, monkeypatch):
     yield received
     server.shutdown()
     thread.join()
+    server.server_close()  # the listening socket
 
 
 def test_a_run_posts_0_then_100_percent_with_the_token_and_the_metrics(tmp_path, status_server):

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -286,7 +287,7 @@ def test_scaler_args_processing_class_and_extra_files_are_written(tmp_path):
     )
     expected = {"scaler.pt", "training_args.bin", "training_args.json", "tokenizer.json", *extra}
     assert expected <= set(os.listdir(folder))
-    assert open(os.path.join(folder, "notes.txt")).read() == "hello"
+    assert Path(folder, "notes.txt").read_text() == "hello"
     fresh_scaler = torch.amp.GradScaler("cpu")
     model = make_model("tiny", 0)
     loaded = load_optimizer_and_scheduler(folder, make_optim(model)[0], scaler=fresh_scaler)
@@ -427,8 +428,8 @@ def test_truncated_file_raises_checkpoint_error_naming_it(tmp_path, name):
     """A file cut in half raises CheckpointError whose message and .path name that file."""
     folder, _ = saved_checkpoint(tmp_path)
     path = os.path.join(folder, name)
-    data = open(path, "rb").read()
-    open(path, "wb").write(data[: len(data) // 2])
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data[: len(data) // 2])
     model = make_model("tiny", 1)
     loaders = {
         "optimizer.pt": lambda: load_optimizer_and_scheduler(folder, make_optim(model)[0]),

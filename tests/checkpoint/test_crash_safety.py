@@ -3,6 +3,7 @@ resuming skips incomplete folders and says so, and damaged or unsafe files are r
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import signal
@@ -12,6 +13,8 @@ import textwrap
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hf_lightning
 from hf_lightning.checkpoint import (
@@ -174,3 +177,95 @@ def test_a_pickle_that_would_run_code_is_refused(saved, name):
     with pytest.raises(CheckpointError, match=f"Refused to load .*{name}"):
         make_trainer(str(saved)).train(resume_from_checkpoint=str(saved / "checkpoint-2"))
     assert not marker.exists()
+
+
+# --- a kill at any file operation of a save or a rotation -------------------------------------------------
+@pytest.fixture(scope="module")
+def kill_points(tmp_path_factory):
+    """(number of file operations in output_dir of an uninterrupted run, its final weights)."""
+    from tests.checkpoint._kill_points import killed_run
+
+    base = tmp_path_factory.mktemp("kill-points")
+    assert killed_run(str(base / "out"), 0, "before", str(base / "count")) == 0
+    straight = make_trainer(str(base / "straight"), save_strategy="no")
+    straight.train()
+    return int((base / "count").read_text()), {k: v.clone() for k, v in straight.model.state_dict().items()}
+
+
+def _temporary(path: str) -> bool:
+    """A name hf_lightning writes only while a save, rotation or training runs (checkpoint/leftovers.py)."""
+    return any(
+        part.startswith((".tmp-", ".old-", ".trash-", ".hf-lightning")) or ".tmp-" in part
+        for part in path.split("/")
+    )
+
+
+class _LeftoversAtStart(hf_lightning.TrainerCallback):
+    def __init__(self, out: str) -> None:
+        self.out, self.found = out, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from hf_lightning.checkpoint.leftovers import find_leftovers
+
+        self.found = find_leftovers(self.out)
+
+
+def _kill_and_restart(kill_points, hub_server, kill_at: int, when: str) -> None:
+    """SIGKILL at file operation ``kill_at``, push the folder as it is, restart with resume=True: no
+    temporary survives the start, the weights are those of the uninterrupted run, the Hub holds only
+    complete checkpoints."""
+    import tempfile
+
+    from hf_lightning.checkpoint.folders import resume_problem
+    from hf_lightning.checkpoint.leftovers import find_leftovers
+    from tests.checkpoint._kill_points import killed_run
+    from tests.hub_server import TOKEN, USER
+
+    _, expected = kill_points
+    with tempfile.TemporaryDirectory() as root:
+        out = os.path.join(root, "out")
+        assert killed_run(out, kill_at, when, os.path.join(root, "count")) == -signal.SIGKILL
+        repo = f"{USER}/kill-{next(_REPOS)}"
+        look = _LeftoversAtStart(out)
+        trainer = make_trainer(out, callbacks=[look], save_total_limit=2, push_to_hub=True, hub_token=TOKEN,
+                               hub_model_id=repo, hub_strategy="all_checkpoints")  # fmt: skip
+        trainer.push_to_hub(blocking=True)  # what a push uploads from the folder the kill left
+        pushed = hub_server.files(repo)
+        assert not [path for path in pushed if _temporary(path) or path.startswith("checkpoint-")], pushed
+        resume = get_last_checkpoint(out) is not None
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        assert find_leftovers(out) == []  # none survives the restart
+        if look.found is None:  # resumed at max_steps: train() returned without a step (nor on_train_begin)
+            assert resume and trainer.state.global_step == 6
+        else:
+            assert look.found == []  # removed before the first step
+        for name, value in expected.items():
+            torch.testing.assert_close(trainer.model.state_dict()[name], value, rtol=0, atol=0)
+        pushed = hub_server.files(repo)
+        assert not [path for path in pushed if _temporary(path)], pushed
+        snapshot = hub_server.snapshot(repo, hub_server.resolve(repo, "main"))
+        for folder in {path.split("/")[0] for path in pushed if path.startswith("checkpoint-")}:
+            assert resume_problem(snapshot / folder) is None, folder  # every pushed checkpoint is whole
+
+
+KILL = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+_REPOS = itertools.count()
+
+
+@settings(max_examples=3, **KILL)
+@given(data=st.data())
+def test_kill_at_a_random_file_operation_then_restart(kill_points, hub_server, data):
+    """Property (few examples here, many under slow): see ``_kill_and_restart``."""
+    total, _ = kill_points
+    kill_at = data.draw(st.integers(1, total), label="kill_at")
+    _kill_and_restart(kill_points, hub_server, kill_at, data.draw(st.sampled_from(["before", "after"])))
+
+
+@pytest.mark.slow
+@settings(max_examples=40, **KILL)
+@given(data=st.data())
+def test_kill_at_a_random_file_operation_then_restart_many(kill_points, hub_server, data):
+    """The property over 40 kill points."""
+    total, _ = kill_points
+    kill_at = data.draw(st.integers(1, total), label="kill_at")
+    _kill_and_restart(kill_points, hub_server, kill_at, data.draw(st.sampled_from(["before", "after"])))

@@ -45,7 +45,7 @@ def test_engine_files_are_read_with_weights_only_and_deepspeeds_classes(tmp_path
     monkeypatch.chdir(tmp_path)
     good, bad = tmp_path / "good.pt", tmp_path / "bad.pt"
     torch.save({"stage": ZeroStageEnum.gradients, "map": {"w": fragment_address(numel=4, start=0)}}, good)
-    bad.write_bytes(pickle.dumps({"optimizer": _Planted()}))
+    bad.write_bytes(pickle.dumps({"optimizer": _Planted()}, protocol=2))  # torch.save's protocol
     engine = _Engine()
     with _safe_engine_loading(engine):
         assert engine.checkpoint_engine.load(str(good))["stage"] is ZeroStageEnum.gradients

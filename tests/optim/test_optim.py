@@ -327,7 +327,9 @@ def test_package_optimizer_without_its_package_names_the_install(optim, monkeypa
     """A package optim value whose package is missing raises ImportError naming the value and the install."""
     module = {"adamw_torch_xla": "torch_xla", "adamw_torch_4bit": "torchao", "lion_8bit": "bitsandbytes",
               "galore_adamw": "galore_torch", "lomo": "lomo_optim"}[optim]  # fmt: skip
-    monkeypatch.setitem(sys.modules, module, None)
+    # not installed: neither the package nor a submodule an earlier test imported (bitsandbytes.optim)
+    for name in [module] + [m for m in sys.modules if m.startswith(module + ".")]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError, match=rf"optim='{optim}'.*install"):
         get_optimizer_cls_and_kwargs(
             make_args(optim=optim, optim_target_modules=["x"]), torch.nn.Linear(2, 2)

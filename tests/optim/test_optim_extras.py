@@ -79,7 +79,9 @@ def test_every_package_name_is_covered():
 def test_missing_package_raises_import_error_naming_the_extra(name, monkeypatch, tmp_path):
     """Without its package, every name raises ImportError naming the name and the install line."""
     module, hint = PACKAGE_OF[name]
-    monkeypatch.setitem(sys.modules, module, None)
+    # not installed: neither the package nor a submodule an earlier test imported (bitsandbytes.optim)
+    for loaded in [module] + [m for m in sys.modules if m.startswith(module + ".")]:
+        monkeypatch.setitem(sys.modules, loaded, None)
     args = make_args(tmp_path, optim=name, optim_target_modules=["proj"])
     with pytest.raises(ImportError, match=rf"optim='{name}'.*{hint.replace('[', '.').replace(']', '.')}"):
         get_optimizer_cls_and_kwargs(args, TwoLinear())

@@ -226,6 +226,10 @@ def test_default_flow_matches_transformers(tmp_path, case, args_kind):
     """DefaultFlowCallback sets the same control flags as transformers' at every step and epoch end."""
     kwargs, steps_per_epoch, num_epochs = _FLOW_CASES[case]
     their_args = _their_args(tmp_path, num_train_epochs=num_epochs, **kwargs)
+    if case == "save-steps-zero" and args_kind == "ours":  # our TrainingArguments refuse it (divergences.md)
+        with pytest.raises(ValueError, match="save_steps=0"):
+            _our_args(args_kind, tmp_path, their_args, num_train_epochs=num_epochs, **kwargs)
+        return
     our_args = _our_args(args_kind, tmp_path, their_args, num_train_epochs=num_epochs, **kwargs)
     max_steps = their_args.max_steps if their_args.max_steps > 0 else math.ceil(num_epochs * steps_per_epoch)
     expected = _run_flow(theirs, their_args, steps_per_epoch, num_epochs, max_steps)

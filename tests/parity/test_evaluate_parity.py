@@ -296,3 +296,35 @@ def test_hf_module_validation_and_test_loss_equal_transformers_eval_loss(tmp_pat
     (tested,) = trainer.test(module, loader, verbose=False)
     assert validated["eval_loss"] == pytest.approx(theirs, rel=1e-5)
     assert tested["test_loss"] == pytest.approx(theirs, rel=1e-5)
+
+
+class RecordingGPT2(GPT2LMHeadModel):
+    """GPT-2 that records the extra keyword arguments of each forward (and computes its logits anyway)."""
+
+    def forward(self, input_ids=None, labels=None, **kwargs):
+        self.calls.append(sorted(kwargs))
+        kwargs.pop("skip_logits", None)  # without Liger kernels the logits are computed all the same
+        return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+
+@pytest.mark.parametrize("metrics", [None, accuracy])
+def test_liger_loss_only_evaluation_passes_skip_logits_as_transformers(tmp_path, metrics):
+    """use_liger_kernel=True: the model gets ``skip_logits=True`` exactly when only the loss is wanted
+    (``evaluate()`` without ``compute_metrics``), as transformers passes it."""
+    seen = {}
+    for name, lib in LIBS.items():
+        torch.manual_seed(0)
+        model = RecordingGPT2(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=256, n_positions=32))
+        model.loss_type, model.calls = "ForCausalLM", []
+        args = lib.TrainingArguments(
+            output_dir=str(tmp_path / name),
+            report_to="none",
+            use_cpu=True,
+            per_device_eval_batch_size=4,
+            use_liger_kernel=True,
+        )
+        trainer = lib.Trainer(model=model, args=args, data_collator=collate, compute_metrics=metrics)
+        trainer.evaluate(make_data(8))
+        seen[name] = model.calls[-2:]  # the two evaluation batches (ours probes the loss rule before them)
+    assert seen["ours"] == seen["theirs"]
+    assert all(("skip_logits" in kwargs) is (metrics is None) for kwargs in seen["ours"])

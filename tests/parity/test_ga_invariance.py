@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 import hf_lightning
 from hf_lightning import TrainingArguments, default_data_collator
 from hf_lightning.adapters import AccumulationWindows, HFModule
-from hf_lightning.loss import loss_ignores_item_count
+from hf_lightning.loss import model_accepts_loss_kwargs
+from hf_lightning.loss_rule import probe_loss_rule
 from tests.parity._run import BASE_ARGS, step_logs
 from tests.tiny import tiny_gpt2
 
@@ -151,18 +152,21 @@ def test_hf_module_accumulation_equals_the_big_batch(family):
 
 
 @pytest.mark.parametrize(
-    ("family", "ignores"),
+    ("family", "reduction"),
     [
-        ("causal_lm", False),
-        ("masked_lm", True),
-        ("sequence_classification", True),
-        ("token_classification", True),
-        ("seq2seq", True),
+        ("causal_lm", "count"),
+        ("masked_lm", "mean"),
+        ("sequence_classification", "mean"),
+        ("token_classification", "mean"),
+        ("seq2seq", "mean"),
     ],
 )
-def test_the_rule_reads_what_the_loss_does(family, ignores):
-    """A model ignores the item count when its forward builds its own loss instead of calling loss_function."""
-    assert loss_ignores_item_count(FAMILIES[family]()) is ignores
+def test_the_rule_is_what_the_loss_does(family, reduction):
+    """The probe finds whether the model's own loss divides by num_items_in_batch or is a mean over its batch."""
+    model = FAMILIES[family]()
+    batch = default_data_collator(_data(family)[:4])
+    rule = probe_loss_rule(model, batch, accepts_loss_kwargs=model_accepts_loss_kwargs(model))
+    assert rule.reduction == reduction
 
 
 def test_transformers_logs_an_accumulated_classifier_loss_ga_times_too_large(tmp_path):
@@ -184,12 +188,16 @@ def test_transformers_logs_an_accumulated_classifier_loss_ga_times_too_large(tmp
 
 
 def test_a_model_that_reads_the_count_itself_is_not_reweighted():
-    """A custom model with a config whose forward divides by num_items_in_batch keeps receiving the count."""
+    """A custom model whose forward divides by num_items_in_batch keeps receiving the count."""
 
     class Counting(torch.nn.Module):
-        config = object()
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(()))
 
         def forward(self, input_ids, labels=None, **kwargs):
-            return (input_ids.float().sum() / kwargs["num_items_in_batch"],)
+            total = (input_ids.float() * self.w).sum()
+            return (total / kwargs.get("num_items_in_batch", labels.numel()),)
 
-    assert loss_ignores_item_count(Counting()) is False
+    batch = {"input_ids": torch.ones(4, 3), "labels": torch.ones(4, 3, dtype=torch.long)}
+    assert probe_loss_rule(Counting(), batch, accepts_loss_kwargs=True).reduction == "count"

@@ -142,3 +142,41 @@ def test_rebalance_micro_batches_differ_by_design() -> None:
     """
     lengths = bench_lengths(512)
     assert _steps(_ours(lengths, 2)) != _steps(_theirs(lengths, 2))
+
+
+def test_transformers_group_by_length_order_follows_the_global_generator() -> None:
+    """Divergence 15: transformers' LengthGroupedSampler (no generator, as its Trainer builds it) draws its
+    order from the global generator; ours is a function of (seed, epoch) whatever was drawn before."""
+    lengths = LENGTH_TABLES["random"]
+    theirs, ours = (
+        HFLengthGroupedSampler(16, lengths=lengths),
+        LengthGroupedSampler(16, lengths=lengths, seed=0),
+    )
+    torch.manual_seed(0)
+    first_theirs, first_ours = list(theirs), list(ours)
+    torch.rand(3)  # dropout, a random collator, ... drew numbers before the next epoch's iteration
+    torch.manual_seed(0)
+    torch.rand(3)
+    assert list(theirs) != first_theirs
+    assert list(ours) == first_ours
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("size", [0, 1, 5, 12, 22, 23])
+def test_whole_batches_are_dealt_as_accelerate_deals_them(size: int, world: int, drop_last: bool) -> None:
+    """ShardedSampler(per_device_batch_size=2) yields, per rank, accelerate's BatchSamplerShard batches over
+    the same epoch order (what transformers' Trainer iterates under torchrun), and its length."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    from hf_lightning.adapters.samplers import ShardedSampler
+
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(SEED + 1)).tolist()
+    for rank in range(world):
+        ours = ShardedSampler(
+            size, seed=SEED, num_replicas=world, rank=rank, drop_last=drop_last, per_device_batch_size=2
+        )
+        ours.set_epoch(1)
+        theirs = [i for b in BatchSamplerShard(BatchSampler(order, 2, drop_last), world, rank) for i in b]
+        assert list(ours) == theirs and len(ours) == len(theirs)

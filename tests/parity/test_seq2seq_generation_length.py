@@ -7,6 +7,7 @@ leave the user's generation config alone: every batch of every evaluation genera
 
 from __future__ import annotations
 
+import pytest
 import transformers
 
 import hf_lightning
@@ -50,9 +51,14 @@ def _generated_lengths(lib, tmp_path) -> tuple[list[int], int | None]:
 
 
 def test_every_evaluation_batch_generates_as_the_first(tmp_path):
-    """Two evaluations of 3 batches: ours all generate the first batch's length; the config is untouched."""
-    theirs, their_config = _generated_lengths(transformers, tmp_path)
-    ours, our_config = _generated_lengths(hf_lightning, tmp_path)
+    """Two evaluations of 3 batches: ours all generate the first batch's length; the config is untouched.
+
+    Neither run sets a length, so transformers' ``generate`` warns in both that it uses its default."""
+    default_length = r"model-agnostic default `max_length` \(=21\)"
+    with pytest.warns(UserWarning, match=default_length):
+        theirs, their_config = _generated_lengths(transformers, tmp_path)
+    with pytest.warns(UserWarning, match=default_length):
+        ours, our_config = _generated_lengths(hf_lightning, tmp_path)
     assert ours[0] == theirs[0] and set(ours) == {ours[0]} and len(ours) == len(theirs) == 6
     assert min(theirs[1:]) == theirs[0] - 1 and their_config == 20  # transformers' shorter later batches
     assert our_config is None

@@ -365,3 +365,21 @@ def test_rebuilds_from_transformers_to_dict(tmp_path):
     )
     ours = TrainingArguments(**theirs.to_dict())
     assert ours.to_dict() == theirs.to_dict()
+
+
+def test_gradient_checkpointing_deprecation_warning_is_transformers(recwarn):
+    """The FutureWarning for the deprecated ``gradient_checkpointing`` alias has transformers' words (TRL's
+    configurations set it, so every TRL run shows it)."""
+    import warnings
+
+    import transformers
+
+    import hf_lightning
+
+    messages = []
+    for lib in (transformers, hf_lightning):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            lib.TrainingArguments(output_dir="unused", gradient_checkpointing=True)
+        messages.append([str(w.message) for w in caught if issubclass(w.category, FutureWarning)])
+    assert messages[1] == messages[0] and messages[0]

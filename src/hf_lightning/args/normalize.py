@@ -154,7 +154,11 @@ def _resolve_checkpointing_aliases(args: Any) -> None:
         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"),
     ):
         if getattr(args, new) is None and getattr(args, old) is not None:
-            warnings.warn(f"`{old}` is deprecated; use `{new}` instead.", FutureWarning, stacklevel=4)
+            warnings.warn(
+                f"`{old}` is deprecated and will be removed in v6. Use `{new}` instead.",
+                FutureWarning,
+                stacklevel=4,
+            )
             setattr(args, new, getattr(args, old))
         setattr(args, old, getattr(args, new))
     if args.activation_checkpointing is None:

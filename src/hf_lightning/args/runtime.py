@@ -13,12 +13,13 @@ one flat dataclass whose every method has its home named here.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import math
 import os
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hf_lightning.args.enums import ParallelMode
 from hf_lightning.args.launcher import launcher_variables
@@ -31,7 +32,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOG_LEVELS",
+    "DeepSpeedPlugin",
+    "DistributedState",
+    "DistributedType",
     "ddp_timeout_delta",
+    "deepspeed_plugin",
+    "distributed_state",
+    "distributed_type_enum",
     "device",
     "eval_batch_size",
     "get_process_log_level",
@@ -128,6 +135,86 @@ def device(args: TrainingArguments) -> torch.device:
     if args.use_cpu or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", args.local_process_index)
+
+
+class DeepSpeedPlugin:
+    """What ``TrainingArguments.deepspeed_plugin`` tells a Trainer subclass: the ``deepspeed`` configuration
+    as given (``deepspeed_config``, before the "auto" values are filled) and its ZeRO stage (``zero_stage``)."""
+
+    def __init__(self, config: dict) -> None:
+        self.deepspeed_config = config
+        self.zero_stage = int(config.get("zero_optimization", {}).get("stage", 0))
+
+    def __repr__(self) -> str:
+        return f"DeepSpeedPlugin(zero_stage={self.zero_stage})"
+
+
+def deepspeed_plugin(args: TrainingArguments) -> DeepSpeedPlugin | None:
+    """transformers' ``args.deepspeed_plugin``: None without ``deepspeed`` (TRL reads its ``zero_stage``)."""
+    if not args.deepspeed:
+        return None
+    config = args.deepspeed
+    if not isinstance(config, dict):
+        import json
+
+        with open(config, encoding="utf-8") as handle:
+            config = json.load(handle)
+    return DeepSpeedPlugin(config)
+
+
+class DistributedType(str, enum.Enum):
+    """accelerate's ``DistributedType`` values (used when accelerate is not installed)."""
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+
+
+def distributed_type_enum() -> Any:
+    """accelerate's own ``DistributedType`` when it is installed (``is`` and ``==`` with it hold), else ours."""
+    try:
+        from accelerate.utils import DistributedType as accelerate_type
+    except ImportError:
+        return DistributedType
+    return accelerate_type
+
+
+class DistributedState:
+    """What ``TrainingArguments.distributed_state`` (accelerate's ``PartialState`` in transformers) tells a
+    Trainer subclass: the processes, this one's place among them, its device and the kind of launch."""
+
+    def __init__(self, args: TrainingArguments) -> None:
+        self.num_processes = max(int(args.world_size), 1)
+        self.process_index = int(args.process_index)
+        self.local_process_index = int(args.local_process_index)
+        self.device = args.device
+        kinds = distributed_type_enum()
+        if args.deepspeed:
+            self.distributed_type = kinds.DEEPSPEED
+        elif args.fsdp:
+            self.distributed_type = kinds.FSDP
+        elif self.num_processes > 1:
+            self.distributed_type = kinds.MULTI_GPU if self.device.type == "cuda" else kinds.MULTI_CPU
+        else:
+            self.distributed_type = kinds.NO
+        self.use_distributed = self.num_processes > 1
+        self.is_main_process = self.process_index == 0
+        self.is_local_main_process = self.local_process_index == 0
+        self.is_last_process = self.process_index == self.num_processes - 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Distributed environment: {self.distributed_type}\nNum processes: {self.num_processes}\n"
+            f"Process index: {self.process_index}\nLocal process index: {self.local_process_index}\n"
+            f"Device: {self.device}\n"
+        )
+
+
+def distributed_state(args: TrainingArguments) -> DistributedState:
+    """transformers' ``args.distributed_state``, read from the launcher's variables (no process group started)."""
+    return DistributedState(args)
 
 
 def parallel_mode(args: TrainingArguments) -> ParallelMode:

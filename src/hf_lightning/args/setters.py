@@ -73,7 +73,7 @@ def set_training(
     self.seed = seed
     if gradient_checkpointing is not None:
         warnings.warn(
-            "`gradient_checkpointing` is deprecated; use `activation_checkpointing` instead.",
+            "`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` instead.",
             FutureWarning,
             stacklevel=2,
         )

@@ -315,6 +315,8 @@ class TrainingArguments:
     should_log = property(runtime.should_log)
     should_save = property(runtime.should_save)
     place_model_on_device = property(runtime.place_model_on_device)
+    deepspeed_plugin = property(runtime.deepspeed_plugin)
+    distributed_state = property(runtime.distributed_state)
     get_process_log_level = runtime.get_process_log_level
     get_warmup_steps = runtime.get_warmup_steps
     main_process_first = runtime.main_process_first

@@ -3,7 +3,8 @@
 Each rule is a function of the (already normalised) arguments that returns the messages of the
 problems it finds. ``check`` runs the whole table and raises one ``ValueError`` listing them all.
 The rules raise where transformers 5.24 raises, plus a few the documentation states and transformers
-does not enforce (marked *documented*).
+does not enforce (marked *documented*), and values transformers accepts and then misbehaves with
+(``_limits``, ``_ranges``: listed in docs/divergences.md).
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def check_types(args: Any) -> None:
 
 _AT_LEAST_ONE = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
 _NON_NEGATIVE = ("learning_rate", "num_train_epochs", "weight_decay", "adam_epsilon", "dataloader_num_workers",
-                 "logging_steps", "save_steps", "eval_delay", "label_smoothing_factor")  # fmt: skip
+                 "logging_steps", "save_steps", "eval_delay")  # fmt: skip
 
 
 def _ranges(args: Any) -> Iterator[str]:
@@ -262,7 +263,43 @@ def _ranges(args: Any) -> Iterator[str]:
         yield f"`{_call(args, eval_steps=args.eval_steps)}` must be >= 0 or None"
 
 
+def _limits(args: Any) -> Iterator[str]:
+    """Values transformers 5.24 accepts and then misbehaves with, silently (measured on the same script).
+
+    The meanings transformers gives stay: ``max_steps=-1`` (the default) leaves the length to
+    ``num_train_epochs``; ``save_total_limit=None`` (or 0, transformers' rotation skips it) keeps every
+    checkpoint; ``max_grad_norm`` <= 0 disables clipping.
+    """
+    if args.max_steps < -1 or args.max_steps == 0:  # transformers: < -1 trains by epochs, 0 trains one step
+        yield (
+            f"`{_call(args, max_steps=args.max_steps)}` must be an int > 0, or -1 (the default: "
+            "`num_train_epochs` decides how long to train)"
+        )
+    limit = args.save_total_limit
+    if limit is not None and limit < 0:  # transformers: keeps every checkpoint
+        yield f"`{_call(args, save_total_limit=limit)}` must be None (keep every checkpoint) or an int >= 0"
+    if args.save_strategy == "steps" and args.save_steps == 0:  # transformers: saves at the end only
+        yield (
+            f"`{_call(args, save_strategy='steps', save_steps=0)}` needs `save_steps` > 0: a number of steps, "
+            "or a ratio in (0, 1) of the total steps"
+        )
+    if not math.isfinite(args.max_grad_norm):  # transformers: NaN never clips; inf turns an inf norm into NaN
+        yield (
+            f"`{_call(args, max_grad_norm=args.max_grad_norm)}` must be a finite number: > 0 clips the gradients "
+            "to that norm, <= 0 disables clipping (to log the gradient norm without clipping, use a large "
+            "finite value such as 1e9)"
+        )
+    if not 0.0 <= args.label_smoothing_factor <= 1.0:  # transformers: negative target weights
+        yield f"`{_call(args, label_smoothing_factor=args.label_smoothing_factor)}` must be in [0, 1]"
+    alpha = args.neftune_noise_alpha
+    if alpha is not None and not alpha > 0:  # transformers: uniform_() fails in the first step
+        yield f"`{_call(args, neftune_noise_alpha=alpha)}` must be a number > 0, or None (no NEFTune)"
+    if args.ddp_timeout <= 0:  # every collective would time out at once
+        yield f"`{_call(args, ddp_timeout=args.ddp_timeout)}` must be a number of seconds > 0"
+
+
 RULES: tuple[Callable[[Any], Iterator[str]], ...] = (
+    _limits,
     _step_counts,
     _best_model,
     _precision,

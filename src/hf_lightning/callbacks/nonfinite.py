@@ -9,6 +9,8 @@ rotate the good ones out. Here (``docs/divergences.md``):
 - :func:`refuse_nonfinite_checkpoint` tells the Trainer not to write a checkpoint whose weights are not
   finite, so the newest checkpoint on disk is always a finite one and rotation never deletes it for a
   NaN one;
+- :func:`warn_nonfinite_save`: ``save_model()`` writes what it is asked to, but warns, naming the
+  non-finite tensors and the weights it replaces in that folder (transformers writes them silently);
 - :class:`StopOnNonFinite`, a ``TrainerCallback`` passed in ``callbacks=[...]``, raises
   :class:`NonFiniteError` at the first non-finite loss (before that step's optimizer update) or weight.
 
@@ -19,11 +21,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from hf_lightning.callbacks.api import TrainerCallback
+from hf_lightning.checkpoint.weights import WEIGHT_FILE_NAMES
 
 __all__ = [
     "NonFiniteError",
@@ -32,7 +37,9 @@ __all__ = [
     "first_nonfinite_parameter",
     "observe_loss",
     "observe_step",
+    "nonfinite_tensors",
     "refuse_nonfinite_checkpoint",
+    "warn_nonfinite_save",
 ]
 
 logger = logging.getLogger(__name__)
@@ -156,6 +163,31 @@ def refuse_nonfinite_checkpoint(record: NonFiniteRecord, trainer: Any, folder: s
         name,
     )
     return True
+
+
+def nonfinite_tensors(tensors: Mapping[str, torch.Tensor]) -> list[str]:
+    """The names of the floating-point tensors of ``tensors`` (a state dict) holding a NaN or ±inf."""
+    named = [(name, t.detach()) for name, t in tensors.items() if t.is_floating_point() and t.numel()]
+    if not named:
+        return []
+    flags = torch.stack([torch.isfinite(t).all().to("cpu") for _, t in named])
+    return [named[i][0] for i in (~flags).nonzero().flatten().tolist()]
+
+
+def warn_nonfinite_save(model: torch.nn.Module, folder: str, state_dict: Any = None) -> None:
+    """``save_model(folder)``: warn when the weights about to be written hold NaN or infinite values,
+    naming them, and saying that they replace the weights already in ``folder`` when it has some."""
+    bad = nonfinite_tensors(state_dict if state_dict is not None else model.state_dict())
+    if not bad:
+        return
+    shown = ", ".join(f"`{name}`" for name in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    present = [name for name in WEIGHT_FILE_NAMES if os.path.isfile(os.path.join(folder, name))]
+    logger.warning(
+        "save_model: the weights written to `%s` hold NaN or infinite values (%s)%s.",
+        folder,
+        shown,
+        f"; they replace the weights that were in that folder ({', '.join(present)})" if present else "",
+    )
 
 
 class StopOnNonFinite(TrainerCallback):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_lightning.checkpoint.io import DiskFullError
+from hf_lightning.checkpoint.lock import OutputDirBusyError
 from hf_lightning.checkpoint.store import (
     INCOMPLETE_SENTINEL_NAME,
     OPTIMIZER_NAME,
@@ -31,8 +33,10 @@ from hf_lightning.checkpoint.store import (
 
 __all__ = [
     "CheckpointError",
+    "DiskFullError",
     "INCOMPLETE_SENTINEL_NAME",
     "OPTIMIZER_NAME",
+    "OutputDirBusyError",
     "PREFIX_CHECKPOINT_DIR",
     "SCALER_NAME",
     "SCHEDULER_NAME",

@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+from hf_lightning.checkpoint.peft_adapters import ADAPTER_WEIGHT_FILE_NAMES, has_adapter_weights
 from hf_lightning.checkpoint.sharded import (
     FSDP_MODEL_DIR,
     FSDP_OPTIMIZER_DIR,
@@ -35,6 +36,7 @@ __all__ = [
     "TRAINER_STATE_NAME",
     "checkpoint_problem",
     "find_resumable_checkpoint",
+    "has_model_weights",
     "is_checkpoint_complete",
     "remove_folder",
     "resume_problem",
@@ -73,6 +75,20 @@ def _index_shards_missing(folder: str) -> str | None:
     return None
 
 
+_WEIGHT_AND_ADAPTER_FILES = (*WEIGHT_FILE_NAMES, *ADAPTER_WEIGHT_FILE_NAMES)
+
+
+def has_model_weights(folder: str | os.PathLike[str]) -> bool:
+    """Whether ``folder`` holds a model's weights in a layout transformers' Trainer loads: one of the weight
+    files or indexes, a distributed checkpoint (``pytorch_model_fsdp_0/``), or a ``PeftModel``'s adapters."""
+    folder = os.fspath(folder)
+    return (
+        any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES)
+        or has_sharded_weights(folder)
+        or has_adapter_weights(folder)
+    )
+
+
 def checkpoint_problem(folder: str | os.PathLike[str], content: bool = True) -> str | None:
     """Why ``folder`` cannot be resumed from, or ``None`` when it is complete.
 
@@ -84,15 +100,16 @@ def checkpoint_problem(folder: str | os.PathLike[str], content: bool = True) -> 
         return "it is not a folder"
     if os.path.exists(os.path.join(folder, INCOMPLETE_SENTINEL_NAME)):
         return f"it still holds {INCOMPLETE_SENTINEL_NAME}, so its save never finished"
-    if not any(
-        os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES
-    ) and not has_sharded_weights(folder):
-        return f"it has no model weights (one of {', '.join(WEIGHT_FILE_NAMES)}, or {FSDP_MODEL_DIR}/)"
+    if not has_model_weights(folder):
+        return (
+            f"it has no model weights (one of {', '.join(WEIGHT_FILE_NAMES)}, {FSDP_MODEL_DIR}/, or a PEFT "
+            f"adapter's {' or '.join(ADAPTER_WEIGHT_FILE_NAMES)})"
+        )
     if not os.path.isfile(os.path.join(folder, TRAINER_STATE_NAME)):
         return f"it has no {TRAINER_STATE_NAME}"
     empty = sorted(
         name
-        for name in (*WEIGHT_FILE_NAMES, TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME)
+        for name in (*_WEIGHT_AND_ADAPTER_FILES, TRAINER_STATE_NAME, OPTIMIZER_NAME, SCHEDULER_NAME)
         if os.path.isfile(os.path.join(folder, name)) and os.path.getsize(os.path.join(folder, name)) == 0
     )
     if empty:

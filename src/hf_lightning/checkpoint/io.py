@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import errno
 import json
 import os
 import pickle
@@ -25,9 +26,12 @@ __all__ = [
     "TRAINING_ARGS_JSON_NAME",
     "TRAINING_ARGS_NAME",
     "CheckpointError",
+    "DiskFullError",
     "args_json_text",
     "atomic_torch_save",
     "atomic_write_bytes",
+    "disk_full_error",
+    "disk_full_reported",
     "fsync_dir",
     "fsync_tree",
     "load_safetensors",
@@ -53,6 +57,89 @@ class CheckpointError(ValueError):
     def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.path = None if path is None else os.fspath(path)
+
+
+class DiskFullError(OSError):
+    """Writing ``folder`` failed because its disk (or the user's quota) is full, whichever layer said so:
+    the OS (``ENOSPC``), safetensors ("No space left on device") or torch's zip writer ("unexpected pos").
+
+    ``errno`` is ``ENOSPC``; ``folder`` is the checkpoint (or model) folder being written.
+    """
+
+    def __init__(self, message: str, folder: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+        self.folder = folder
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_WORDS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
+# torch's zip writer reports a short write without errno ("[enforce fail ...] unexpected pos 3456 vs 3348")
+_SHORT_WRITES = ("unexpected pos", "PytorchStreamWriter failed writing")
+_NEARLY_FULL = 1 << 20
+
+
+def _free_bytes(folder: str) -> int | None:
+    path = folder
+    while path and not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        stat = os.statvfs(path or ".")
+    except (OSError, AttributeError):  # Windows has no statvfs
+        return None
+    return min(stat.f_bfree, stat.f_bavail) * stat.f_frsize
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def disk_full_error(exc: BaseException, folder: str, what: str, advice: str) -> DiskFullError | None:
+    """A :class:`DiskFullError` for ``exc`` raised while writing ``folder`` when the disk is full, else None.
+
+    Call it before anything is deleted: a short write of torch's counts as a full disk when less than 1 MiB
+    is left on the file system of ``folder``.
+    """
+    full = False
+    for error in _chain(exc):
+        text = str(error)
+        if isinstance(error, OSError) and error.errno in _FULL_ERRNOS or any(w in text for w in _FULL_WORDS):
+            full = True
+        elif any(w in text for w in _SHORT_WRITES):
+            free = _free_bytes(folder)
+            full = full or (free is not None and free < _NEARLY_FULL)
+    if not full:
+        return None
+    free = _free_bytes(folder)
+    left = f" ({free} bytes free there)" if free is not None else ""
+    if isinstance(exc, DiskFullError) and exc.__cause__ is not None:  # a nested write reported it first
+        exc = exc.__cause__
+    detail = str(exc).splitlines()[0] if str(exc) else "no details"
+    return DiskFullError(
+        f"The disk is full: writing {what} `{folder}` failed{left} ({type(exc).__name__}: {detail}). {advice}",
+        folder,
+    )
+
+
+@contextlib.contextmanager
+def disk_full_reported(
+    folder: str, what: str, advice: str, discard: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """Turn a failure of the writes inside into :class:`DiskFullError` when the disk is full; on any failure
+    call ``discard()`` (after the free space was measured), then raise."""
+    try:
+        yield
+    except Exception as exc:
+        full = disk_full_error(exc, folder, what, advice)
+        if discard is not None:
+            discard()
+        if full is not None:
+            raise full from exc
+        raise
 
 
 @contextlib.contextmanager

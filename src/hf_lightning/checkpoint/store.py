@@ -69,6 +69,7 @@ from hf_lightning.checkpoint.io import (
     TRAINING_ARGS_NAME,
     CheckpointError,
     atomic_torch_save,
+    disk_full_reported,
     fsync_dir,
     fsync_tree,
     load_training_args,
@@ -138,17 +139,19 @@ def save_model(
     the model's config but no weights (a sharded checkpoint holds them in ``pytorch_model_fsdp_0/``).
     """
     output_dir = os.fspath(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    if weights:
-        save_model_weights(model, output_dir, state_dict=state_dict)
-    else:
-        config: Any = getattr(unwrap_model(model), "config", None)
-        if callable(getattr(config, "save_pretrained", None)):
-            config.save_pretrained(output_dir)
-    if processing_class is not None:
-        processing_class.save_pretrained(output_dir)
-    if args is not None:
-        write_training_args(output_dir, args)
+    advice = "The files written into it so far are incomplete: free some space and save again."
+    with disk_full_reported(output_dir, "the model into", advice):
+        os.makedirs(output_dir, exist_ok=True)
+        if weights:
+            save_model_weights(model, output_dir, state_dict=state_dict)
+        else:
+            config: Any = getattr(unwrap_model(model), "config", None)
+            if callable(getattr(config, "save_pretrained", None)):
+                config.save_pretrained(output_dir)
+        if processing_class is not None:
+            processing_class.save_pretrained(output_dir)
+        if args is not None:
+            write_training_args(output_dir, args)
 
 
 def write_rank_files(
@@ -310,26 +313,49 @@ def save_checkpoint(
             write_rank_files(final, process_index, world_size)
         return final
     staging = staging_path(output_dir, global_step)
-    if is_main_process:
-        _begin_staging(staging, global_step)
-    _call(barrier)
-    if sharded_writer is not None:
-        sharded_writer(staging)
-    if not save_only_model:
-        write_rank_files(staging, process_index, world_size)
-    _call(barrier)  # every rank's own files are in the staging folder
-    if is_main_process:
-        options = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, state=state,
-            args=args, processing_class=processing_class, save_only_model=save_only_model, extra_files=extra_files,
-            model_state_dict=model_state_dict, optimizer_state_dict=optimizer_state_dict,
-            sharded_writer=sharded_writer)  # fmt: skip
-        (defer or _run)(functools.partial(_write_and_publish, staging, final, options))
+    main_files = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, state=state, args=args,
+        processing_class=processing_class, save_only_model=save_only_model, extra_files=extra_files,
+        model_state_dict=model_state_dict, optimizer_state_dict=optimizer_state_dict,
+        sharded_writer=sharded_writer)  # fmt: skip
+    # a failed save leaves no staging folder (it would hold the disk space a full disk needs back)
+    discard = (lambda: shutil.rmtree(staging, ignore_errors=True)) if is_main_process else None
+    with disk_full_reported(final, "checkpoint", _FULL_DISK_ADVICE, discard=discard):
+        _stage_and_publish(staging, final, global_step, main_files if is_main_process else None,
+            rank=None if save_only_model else (process_index, world_size), barrier=barrier,
+            sharded_writer=sharded_writer, defer=defer)  # fmt: skip
     _call(barrier if defer is None else None)  # a deferred save is published later: no one waits for it
     return final
 
 
-def _run(job: Callable[[], str]) -> None:
-    job()
+def _stage_and_publish(
+    staging: str,
+    final: str,
+    global_step: int,
+    main_files: dict[str, Any] | None,
+    *,
+    rank: tuple[int, int] | None,
+    barrier: Callable[[], None] | None,
+    sharded_writer: Callable[[str], None] | None,
+    defer: Callable[[Callable[[], str]], None] | None,
+) -> None:
+    """The main process (``main_files``) creates ``staging``, every process writes its own files, then the
+    main one writes its files and publishes (or hands that to ``defer``); see "Several processes" in the
+    module docstring."""
+    if main_files is not None:
+        os.makedirs(os.path.dirname(staging), exist_ok=True)
+        _begin_staging(staging, global_step)
+    _call(barrier)
+    if sharded_writer is not None:
+        sharded_writer(staging)
+    if rank is not None:
+        write_rank_files(staging, *rank)
+    _call(barrier)  # every rank's own files are in the staging folder
+    if main_files is None:
+        return
+    if defer is None:
+        _write_and_publish(staging, final, main_files)
+    else:
+        defer(functools.partial(_write_and_publish_reported, staging, final, main_files))
 
 
 def _write_and_publish(staging: str, final: str, options: dict[str, Any]) -> str:
@@ -341,6 +367,21 @@ def _write_and_publish(staging: str, final: str, options: dict[str, Any]) -> str
     finally:
         sealer.close()
     return final
+
+
+def _write_and_publish_reported(staging: str, final: str, options: dict[str, Any]) -> str:
+    """:func:`_write_and_publish` behind the training (background saving): a full disk is reported as the
+    synchronous save reports it, and the staging folder is removed on any failure."""
+    with disk_full_reported(
+        final, "checkpoint", _FULL_DISK_ADVICE, discard=lambda: shutil.rmtree(staging, ignore_errors=True)
+    ):
+        return _write_and_publish(staging, final, options)
+
+
+_FULL_DISK_ADVICE = (
+    "Nothing of this save is left on disk and the checkpoints written before are intact: free some space "
+    "(or lower `save_total_limit`), then resume with `train(resume_from_checkpoint=True)`."
+)
 
 
 def _call(barrier: Callable[[], None] | None) -> None:

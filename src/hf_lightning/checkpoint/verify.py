@@ -31,6 +31,7 @@ __all__ = [
     "content_problem",
     "missing_listed_files",
     "read_manifest",
+    "verify_model_files",
     "write_manifest",
 ]
 
@@ -133,31 +134,89 @@ def _algorithm(listed: dict[str, dict[str, Any]]) -> str:
 
 
 def _checksum_problem(folder: str, listed: dict[str, dict[str, Any]]) -> str | None:
-    present = [rel for rel in sorted(listed) if os.path.isfile(os.path.join(folder, rel))]
+    found = _first_problem(folder, listed, sorted(listed))
+    return None if found is None else found[1]
+
+
+def _first_problem(folder: str, listed: dict[str, dict[str, Any]], rels: list[str]) -> tuple[str, str] | None:
+    """``(rel, problem)`` of the first of the manifest's files ``rels`` that is gone, has another size or
+    another checksum; ``None`` when all match. The files are hashed several at a time."""
+    present = [rel for rel in rels if os.path.isfile(os.path.join(folder, rel))]
     sized = [rel for rel in present if os.path.getsize(os.path.join(folder, rel)) == listed[rel]["size"]]
     algorithm = _algorithm(listed)
     try:
         found = _entries_of(folder, sized, algorithm)
     except CheckpointError as exc:  # an algorithm this process cannot compute
-        return f"`{os.path.join(folder, MANIFEST_NAME)}` cannot be verified: {str(exc).rstrip('.')}"
-    for rel, entry in sorted(listed.items()):
-        path = os.path.join(folder, rel)
-        if rel not in present:
-            if os.path.basename(rel) in OPTIONAL_STATE_FILES or _is_rng_file(rel):
-                continue  # reported by missing_listed_files: the caller decides
-            if _WEIGHTS_FILE_RE.match(rel) and _complete_weights(folder):
-                continue  # the weights were laid out again (one file <-> index and shards): checked by structure
-            return f"`{path}` was saved with the checkpoint but is missing"
-        if rel not in found:
-            size = os.path.getsize(path)
-            problem = f"`{path}` is truncated or corrupt: {size} bytes, {entry['size']} were saved"
-        elif found[rel][algorithm] != entry[algorithm]:
-            name = {"sha256": "SHA-256", "xxh3_128": "XXH3-128 checksum"}.get(algorithm, algorithm)
-            problem = f"`{path}` is corrupt: its {name} differs from the one recorded when it was saved"
-        else:
-            continue
-        return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
+        return (
+            MANIFEST_NAME,
+            f"`{os.path.join(folder, MANIFEST_NAME)}` cannot be verified: {str(exc).rstrip('.')}",
+        )
+    for rel in rels:
+        problem = _entry_problem(folder, rel, listed[rel], found.get(rel), algorithm)
+        if problem is not None:
+            return rel, problem
     return None
+
+
+def _entry_problem(
+    folder: str, rel: str, entry: dict[str, Any], found: dict[str, Any] | None, algorithm: str
+) -> str | None:
+    """What is wrong with the manifest's file ``rel`` (gone, another size, another checksum), or ``None``;
+    ``found`` is its entry as hashed now (``None`` when it was not: gone, or of another size)."""
+    path = os.path.join(folder, rel)
+    if not os.path.isfile(path):
+        if os.path.basename(rel) in OPTIONAL_STATE_FILES or _is_rng_file(rel):
+            return None  # reported by missing_listed_files: the caller decides
+        if _WEIGHTS_FILE_RE.match(rel) and _complete_weights(folder):
+            return (
+                None  # the weights were laid out again (one file <-> index and shards): checked by structure
+            )
+        return f"`{path}` was saved with the checkpoint but is missing"
+    if found is None:
+        size = os.path.getsize(path)
+        problem = f"`{path}` is truncated or corrupt: {size} bytes, {entry['size']} were saved"
+    elif found[algorithm] != entry[algorithm]:
+        name = {"sha256": "SHA-256", "xxh3_128": "XXH3-128 checksum"}.get(algorithm, algorithm)
+        problem = f"`{path}` is corrupt: its {name} differs from the one recorded when it was saved"
+    else:
+        return None
+    return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
+
+
+# What a model load never reads: the training state of the checkpoint (an engine's optimizer shards too).
+_TRAINING_STATE = (*OPTIONAL_STATE_FILES, "trainer_state.json", "training_args.bin", "training_args.json",
+                   "optimizer.bin", "latest", "zero_to_fp32.py")  # fmt: skip
+_ENGINE_STATE_RE = re.compile(r"^(global_step\d+|optimizer_\d+)/")  # DeepSpeed's engine, FSDP's optimizer
+
+
+def verify_model_files(folder: str | os.PathLike[str]) -> None:
+    """Before weights are loaded back from ``folder`` (the best model, a resume): raise
+    :class:`CheckpointError` naming the file when one that a model load reads (weights, index, shards,
+    config, adapter files; not the optimizer, scheduler, RNG or trainer state) differs from its manifest
+    entry or fails its structural check.
+
+    A folder written here that lost its manifest is refused (nothing could be checked); one without
+    ``training_args.json`` and manifest (written by transformers) gets the structural checks only.
+    """
+    folder = os.fspath(folder)
+    listed = read_manifest(folder)  # a corrupt manifest: CheckpointError naming it
+    if listed is None and os.path.isfile(os.path.join(folder, "training_args.json")):
+        path = os.path.join(folder, MANIFEST_NAME)
+        raise CheckpointError(f"`{path}` was saved with the checkpoint but is missing", path)
+    rels = [
+        rel
+        for rel in sorted(listed if listed is not None else _files(folder))
+        if not (os.path.basename(rel) in _TRAINING_STATE or _is_rng_file(rel) or _ENGINE_STATE_RE.match(rel))
+    ]
+    if listed is not None:
+        found = _first_problem(folder, listed, rels)
+        if found is not None:
+            raise CheckpointError(found[1] + ".", os.path.join(folder, found[0]))
+        return
+    for rel in rels:
+        problem = _file_problem(folder, rel)
+        if problem is not None:
+            raise CheckpointError(problem + ".", os.path.join(folder, rel))
 
 
 # transformers' model weight files: one file, an index, or a shard of an index

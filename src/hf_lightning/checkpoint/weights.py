@@ -5,11 +5,15 @@ Writing: a model with ``save_pretrained`` writes its own files (config, safetens
 transformers writes it). safetensors refuses tensors that share memory, so tied weights (the GPT-2
 ``lm_head.weight`` is ``transformer.wte.weight``) are written once, under the first name in the state dict.
 
-Reading: ``model.safetensors``, ``model.safetensors.index.json`` (shards), ``pytorch_model.bin`` or its
-index, the ``.bin`` files with ``weights_only=True``; a folder with only a distributed checkpoint
+Reading puts in what the model class's ``from_pretrained`` would load from the folder:
+``model.safetensors``, ``model.safetensors.index.json`` (shards), ``pytorch_model.bin`` or its index (the
+``.bin`` files with ``weights_only=True``); transformers 5's key conversions for a ``PreTrainedModel``
+(``hf_lightning.checkpoint.conversion``: renamed, merged and split tensors); a ``PeftModel``'s adapter files
+(``hf_lightning.checkpoint.peft_adapters``); a folder with only a distributed checkpoint
 (``pytorch_model_fsdp_0/``, ``fsdp_config['state_dict_type']="SHARDED_STATE_DICT"``) through
 ``hf_lightning.checkpoint.sharded``, as is a sharded (FSDP2) model. A key missing from the file is not an error when
-the model ties it to a key the file has: loading the kept name fills both.
+the model ties it to a key the file has: loading the kept name fills both. Every key is checked before any weight
+changes: the model is either loaded whole or left as it was, with a :class:`CheckpointError` naming the keys.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ import safetensors.torch
 import torch
 from torch import nn
 
+from hf_lightning.checkpoint.conversion import is_pretrained_model, to_model_state
 from hf_lightning.checkpoint.io import CheckpointError, load_safetensors, safe_torch_load
+from hf_lightning.checkpoint.peft_adapters import has_adapter_weights, is_peft_model, load_adapter_weights
 from hf_lightning.checkpoint.sharded import (
+    fsdp_root,
     has_sharded_weights,
     is_sharded,
     load_full_model_state,
@@ -160,28 +167,55 @@ def _short(names: list[str]) -> str:
     return ", ".join(names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
 
 
-def _load_into_sharded(
-    model: nn.Module,
-    folder: str,
-    paths: list[str],
-    loader: Callable[[str], dict[str, torch.Tensor]],
-    strict: bool,
-) -> Any:
-    """Full weights from files into a sharded (FSDP2) model; every process reads them and keeps its shard."""
-    state: dict[str, torch.Tensor] = {}
-    for path in paths:
-        state.update(loader(path))
-    params = dict(model.named_parameters(remove_duplicate=False))
-    expected = set(model.state_dict())
-    tied = {name for name, p in params.items() if any(q is p and o in state for o, q in params.items())}
-    missing = sorted(expected - set(state) - tied)
-    unexpected = sorted(set(state) - expected)
-    if strict and (missing or unexpected):
+def _refuse_mismatch(model: nn.Module, folder: str, missing: list[str], unexpected: list[str]) -> None:
+    if missing or unexpected:
         raise CheckpointError(
             f"`load_model_weights(strict=True)`: the weights in `{folder}` do not match "
             f"{type(model).__name__}. Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}].",
             folder,
         )
+
+
+def _refuse_other_shapes(model: nn.Module, folder: str, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """A tensor whose shape differs from the model's is refused before anything is copied (torch would copy
+    the others first, leaving a model of two checkpoints). FSDP1's wrapped modules hold flat shards, whose shapes
+    say nothing of the full tensors: its own state-dict loading checks them."""
+    if fsdp_root(model) is not None:
+        return
+    expected = model.state_dict()
+    wrong = sorted(
+        f"{name}: {tuple(shape)} in the checkpoint, {tuple(expected[name].shape)} in the model"
+        for name, shape in shapes.items()
+        if name in expected and tuple(shape) != tuple(expected[name].shape)
+    )
+    if wrong:
+        raise CheckpointError(
+            f"The weights in `{folder}` do not fit {type(model).__name__}, nothing was loaded; other shapes: "
+            f"[{_short(wrong)}].",
+            folder,
+        )
+
+
+def _safetensors_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every tensor in a safetensors file, from its header (``{}`` for another format)."""
+    if not path.endswith(".safetensors"):
+        return {}
+    try:
+        with safetensors.safe_open(path, framework="pt") as handle:
+            return {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
+    except Exception:  # a damaged file: reading it reports what is wrong, naming it
+        return {}
+
+
+def _load_into_sharded(model: nn.Module, folder: str, state: dict[str, torch.Tensor], strict: bool) -> Any:
+    """Full weights into a sharded (FSDP2) model; every process reads them and keeps its shard."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    expected = set(model.state_dict())
+    tied = {name for name, p in params.items() if any(q is p and o in state for o, q in params.items())}
+    missing = sorted(expected - set(state) - tied)
+    unexpected = sorted(set(state) - expected)
+    if strict:
+        _refuse_mismatch(model, folder, missing, unexpected)
     try:
         load_full_model_state(model, {name: value for name, value in state.items() if name in expected})
     except (RuntimeError, ValueError, KeyError) as exc:
@@ -192,15 +226,29 @@ def _load_into_sharded(
 
 
 def load_model_weights(model: nn.Module, folder: str | os.PathLike[str], strict: bool = True) -> Any:
-    """Load the weights in ``folder`` into ``model``; returns torch's ``(missing_keys, unexpected_keys)``.
+    """Load the weights in ``folder`` into ``model`` as its class's ``from_pretrained`` reads them; returns
+    torch's ``(missing_keys, unexpected_keys)``.
 
-    With ``strict=True`` a key the model lacks, or a model key neither in the files nor tied to one that is,
-    raises :class:`CheckpointError` before any weight is changed.
+    A ``PeftModel`` with adapter files in ``folder`` gets its adapters (``checkpoint/peft_adapters.py``, always
+    checked). A transformers ``PreTrainedModel`` gets its key conversions (``checkpoint/conversion.py``). With
+    ``strict=True`` a key the model lacks, or a model key neither in the files nor tied to one that is, raises
+    :class:`CheckpointError` naming them before any weight is changed.
     """
     folder = os.fspath(folder)
     model = unwrap_model(model)
     with zero3_gathered(model, modifier_rank=0):  # DeepSpeed ZeRO-3: into the gathered parameters
+        if is_peft_model(model) and has_adapter_weights(folder):
+            return load_adapter_weights(model, folder)
         return _load_plain(model, folder, strict)
+
+
+def _copy_in(model: nn.Module, state_dict: Mapping[str, torch.Tensor], path: str) -> None:
+    try:
+        model.load_state_dict(state_dict, strict=False)
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"The weights in `{path}` do not fit {type(model).__name__}: {exc}", path
+        ) from exc
 
 
 def _load_plain(model: nn.Module, folder: str, strict: bool) -> Any:
@@ -211,25 +259,48 @@ def _load_plain(model: nn.Module, folder: str, strict: bool) -> Any:
             model, folder
         )  # pytorch_model_fsdp_0/: a key the model has but the files lack raises
         return nn.modules.module._IncompatibleKeys([], [])
-    paths, index_keys, loader = _locate_weights(folder)
-    if is_sharded(model):
-        return _load_into_sharded(model, folder, paths, loader, strict)
-    first = None if index_keys is not None else loader(paths[0])
-    keys = index_keys if index_keys is not None else set(cast(dict[str, torch.Tensor], first))
-    missing, unexpected = _mismatch(model, keys)
-    if strict and (missing or unexpected):
+    if not any(
+        os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILE_NAMES
+    ) and has_adapter_weights(folder):
         raise CheckpointError(
-            f"`load_model_weights(strict=True)`: the weights in `{folder}` do not match "
-            f"{type(model).__name__}. Missing keys: [{_short(missing)}]; unexpected keys: [{_short(unexpected)}].",
+            f"`{folder}` holds PEFT adapters only (adapter_model.safetensors), and {type(model).__name__} is not "
+            "a `peft.PeftModel` to load them into. Wrap the base model with `peft.get_peft_model` (or "
+            "`PeftModel.from_pretrained`) as it was when the checkpoint was written.",
             folder,
         )
+    paths, index_keys, loader = _locate_weights(folder)
+    if index_keys is not None and not is_pretrained_model(model) and not is_sharded(model):
+        return _load_shard_by_shard(model, folder, paths, index_keys, loader, strict)
+    state: dict[str, torch.Tensor] = {}
+    for path in paths:  # as from_pretrained: every shard, then the conversion over all of them
+        state.update(loader(path))
+    state = to_model_state(model, state, folder)
+    _refuse_other_shapes(model, folder, {name: tuple(value.shape) for name, value in state.items()})
+    if is_sharded(model):
+        return _load_into_sharded(model, folder, state, strict)
+    missing, unexpected = _mismatch(model, set(state))
+    if strict:
+        _refuse_mismatch(model, folder, missing, unexpected)
+    _copy_in(model, state, paths[0] if len(paths) == 1 else folder)
+    return nn.modules.module._IncompatibleKeys(missing, unexpected)
+
+
+def _load_shard_by_shard(
+    model: nn.Module,
+    folder: str,
+    paths: list[str],
+    index_keys: set[str],
+    loader: Callable[[str], dict[str, torch.Tensor]],
+    strict: bool,
+) -> Any:
+    """An indexed checkpoint of a model without key conversions: checked against the index, then one shard at a time."""
+    missing, unexpected = _mismatch(model, index_keys)
+    if strict:
+        _refuse_mismatch(model, folder, missing, unexpected)
     for path in paths:
-        state_dict = first if first is not None else loader(path)
-        try:
-            model.load_state_dict(state_dict, strict=False)
-        except RuntimeError as exc:
-            raise CheckpointError(
-                f"The weights in `{path}` do not fit {type(model).__name__}: {exc}", path
-            ) from exc
+        _refuse_other_shapes(model, folder, _safetensors_shapes(path))
+    for path in paths:
+        state_dict = loader(path)
+        _copy_in(model, state_dict, path)
         del state_dict
     return nn.modules.module._IncompatibleKeys(missing, unexpected)

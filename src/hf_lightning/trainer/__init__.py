@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from hf_lightning.checkpoint.folders import TRAINER_STATE_NAME
+from hf_lightning.trainer.binding import TransformersBinding, use_as_transformers_trainer
 from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
 from hf_lightning.trainer.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, Trainer
 
@@ -22,5 +23,7 @@ __all__ = [
     "TRAINER_STATE_NAME",
     "Seq2SeqTrainer",
     "Trainer",
+    "TransformersBinding",
     "logger",
+    "use_as_transformers_trainer",
 ]

@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, cast
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
 from hf_lightning.callbacks import ExportableState
 from hf_lightning.callbacks.background_checkpointing import background_saver
-from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint
+from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint, warn_nonfinite_save
 from hf_lightning.callbacks.restore import restore_callbacks
 from hf_lightning.checkpoint.background import save_in_background
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
-from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
+from hf_lightning.checkpoint.rotation import loadable_best_checkpoint, save_tracked_checkpoint
 from hf_lightning.checkpoint.sharded import (
     gathered_model_state,
     load_fsdp_optimizer,
@@ -57,7 +57,6 @@ from hf_lightning.checkpoint.store import (
     load_rng_state,
     rotate_checkpoints,
     save_checkpoint,
-    save_model,
 )
 from hf_lightning.optim import steps_on_metric
 
@@ -103,6 +102,7 @@ class CheckpointPolicy:
         self.last_save_seconds: float | None = None
         self.content_checked: str | None = None
         """The folder ``resume_from_checkpoint=True`` just found intact, its files hashed once."""
+        self.best_damaged = False  # load-best fell back: the end-of-training pruning deletes nothing
 
     # --- saving ----------------------------------------------------------------------------
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -115,9 +115,10 @@ class CheckpointPolicy:
         if not t.args.should_save:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
-        save_model(
-            t.model, output_dir, processing_class=self.processing_to_save(), args=t.args, state_dict=full
-        )
+        warn_nonfinite_save(t.model, output_dir, full)  # written as asked, not silently (nonfinite.py)
+        t._save(
+            output_dir, state_dict=full
+        )  # overridable, as in transformers (sentence-transformers overrides it)
         if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
             t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
 
@@ -369,11 +370,11 @@ class CheckpointPolicy:
         t = self.trainer
         self.wait_for_saves()  # every checkpoint of the run is published (a background save's error raised)
         self.resume_checkpoint = self.rng_pending = None
-        self.resume_for_state = None
+        self.resume_for_state, self.best_damaged = None, False
         best = t.state.best_model_checkpoint
         if t.args.load_best_model_at_end and best is not None:
             t._load_best_model()
-        if t.args.should_save and best is not None and t.args.save_total_limit == 1:
+        if t.args.should_save and best is not None and t.args.save_total_limit == 1 and not self.best_damaged:
             rotate_checkpoints(t._get_output_dir(trial), 1, best, at_train_end=True)
 
     def load_best_model(self) -> None:
@@ -381,8 +382,10 @@ class CheckpointPolicy:
         t = self.trainer
         best = cast(str, t.state.best_model_checkpoint)  # called when there is one
         logger.info("Loading best model from %s (score: %s).", best, t.state.best_metric)
+        folder = loadable_best_checkpoint(best, logger) if os.path.isdir(best) else best  # its manifest first
+        self.best_damaged = folder != best  # (no intact checkpoint left: CheckpointError naming the file)
         try:
-            load_model_weights(t.model, best, strict=True)
+            load_model_weights(t.model, folder, strict=True)
         except CheckpointError as exc:
             if exc.path != os.fspath(best) or os.path.isdir(best):
                 raise

@@ -60,12 +60,10 @@ def _tensor_parallel_size(model: Any, args: Any) -> int:
 
 
 class DataLoaderBuilder:
-    """Builds the training, evaluation and test DataLoaders; owns the model-signature and loader caches."""
+    """Builds the training, evaluation and test DataLoaders; owns the evaluation-loader cache."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self.signature_columns: list[str] | None = None
-        """The model's forward arguments (and labels), found on first use."""
         self.eval_dataloaders: dict[str, DataLoader | DispatchedBatches] = {}
         """Evaluation loaders kept with ``dataloader_persistent_workers``."""
 
@@ -236,21 +234,38 @@ class DataLoaderBuilder:
         return {"batch_size": batch_size, "collate_fn": collator, **settings.loader_kwargs()}
 
     def _without_unused_columns(self, dataset: Any, description: str) -> tuple[Any, Any]:
-        """(dataset, collator) with the columns the model does not take removed (``remove_unused_columns``)."""
+        """(dataset, collator) with the columns the model does not take removed (``remove_unused_columns``),
+        through the Trainer's ``_remove_unused_columns`` / ``_get_collator_with_removed_columns``."""
         t = self.trainer
-        collator = t.data_collator
-        if not t.args.remove_unused_columns:
-            return dataset, collator
-        model_name = type(t.model).__name__
         if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-            dataset = remove_unused_columns(
-                dataset, self._signature(), t.label_names, description=description, model_name=model_name
-            )
-            return dataset, collator
-        collator = RemoveColumnsCollator(
-            collator, self._signature(), logger=logger, model_name=model_name, description=description
+            return t._remove_unused_columns(dataset, description=description), t.data_collator
+        return dataset, t._get_collator_with_removed_columns(t.data_collator, description=description)
+
+    def remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
+        """``Trainer._remove_unused_columns``: ``dataset`` without the columns outside ``_signature_columns``."""
+        t = self.trainer
+        if not t.args.remove_unused_columns:
+            return dataset
+        return remove_unused_columns(
+            dataset,
+            self._signature(),
+            t.label_names,
+            description=description,
+            model_name=type(t.model).__name__,
         )
-        return dataset, collator
+
+    def collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
+        """``Trainer._get_collator_with_removed_columns``: ``data_collator`` dropping the unused keys of each feature."""
+        t = self.trainer
+        if not t.args.remove_unused_columns:
+            return data_collator
+        return RemoveColumnsCollator(
+            data_collator,
+            self._signature(),
+            logger=logger,
+            model_name=type(t.model).__name__,
+            description=description,
+        )
 
     def _stream_loader(self, dataset: Any, params: dict[str, Any]) -> DataLoader | DispatchedBatches:
         """The training loader of an ``IterableDataset`` (each process reads its share of the stream)."""
@@ -277,11 +292,17 @@ class DataLoaderBuilder:
             )
         return DataLoader(dataset, **params)
 
+    def set_signature_columns(self) -> None:
+        """``Trainer._set_signature_columns_if_needed``: ``trainer._signature_columns``, the model's ``forward``
+        arguments (a PEFT model's base model's) and the label names, unless already set."""
+        t = self.trainer
+        if t._signature_columns is None:
+            t._signature_columns = signature_columns(t.model, t.label_names)
+
     def _signature(self) -> list[str]:
-        if self.signature_columns is None:
-            t = self.trainer
-            self.signature_columns = signature_columns(t.model, t.label_names)
-        return self.signature_columns
+        t = self.trainer
+        t._set_signature_columns_if_needed()  # a subclass (TRL's) may set its own columns
+        return list(t._signature_columns or [])
 
     def _lengths(self, dataset: Any) -> list[int]:
         processing_class = self.trainer.processing_class

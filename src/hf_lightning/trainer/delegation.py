@@ -4,9 +4,9 @@
 done by a named part the Trainer owns. The class body says so in one line::
 
     class Trainer:
-        evaluate = delegate("evaluator", Evaluator.evaluate)
+        evaluate = delegate("evaluations", Evaluator.evaluate)
 
-``trainer.evaluate(...)`` then calls ``trainer.evaluator.evaluate(...)`` with the same arguments. The
+``trainer.evaluate(...)`` then calls ``trainer.evaluations.evaluate(...)`` with the same arguments. The
 method keeps the part's signature and docstring (``help(Trainer.evaluate)``, ``inspect.signature``),
 and a subclass that overrides ``evaluate`` replaces it as with any method: the parts call the
 overridable methods through the Trainer, so the override is the one that runs.

@@ -24,7 +24,6 @@ Where the model runs and how ranks gather is ``hf_lightning.adapters.evaluation`
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,6 @@ from hf_lightning.eval_utils import (
     nested_detach,
     prefix_metric_keys,
 )
-from hf_lightning.loss import count_items_in_batch
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 if TYPE_CHECKING:
@@ -88,8 +86,6 @@ class EvaluationLoop:
         self.model_preparation_time: float | None = None
         """Seconds the engine took to prepare the model for the first evaluation outside training."""
         self.model_prepared = False
-        self.can_return_loss: bool | None = None
-        """Whether ``model.forward`` has ``return_loss=True`` (CLIP-like models); found on first use."""
 
     def run(
         self,
@@ -118,9 +114,19 @@ class EvaluationLoop:
             prediction_loss_only,
             ignore_keys,
         )
+        step = -1
         with engine.session(model):  # a schedule-free optimizer stays in eval mode (saving follows),
             for step, (is_last, inputs) in enumerate(lookahead(dataloader)):  # as in transformers; the
                 self._eval_step(run, model, inputs, step, is_last)  # next training step switches it back
+        if step < 0:  # transformers: silent, metrics of nothing
+            logger.warning(
+                "%s at step %d: the %s dataset is empty (its dataloader yielded no batch), so the `%s_*` "
+                "metrics describe no example.",
+                description,
+                self.trainer.state.global_step,
+                metric_key_prefix,
+                metric_key_prefix,
+            )
         return self._eval_output(run, dataloader, metric_key_prefix)
 
     def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:
@@ -232,7 +238,7 @@ class EvaluationLoop:
         if with_loss:
             labels = nested_detach(tuple(inputs.get(name) for name in self.trainer.label_names))
             labels = labels[0] if len(labels) == 1 else labels
-        loss, outputs = self._eval_forward(model, inputs, with_loss)
+        loss, outputs = self._eval_forward(model, inputs, with_loss, prediction_loss_only)
         if prediction_loss_only:
             return loss, None, None
         logits = _logits_of(outputs, list(ignore_keys), with_loss)
@@ -243,12 +249,20 @@ class EvaluationLoop:
             logits = logits[0]
         return loss, logits, labels
 
-    def _eval_forward(self, model: nn.Module, inputs: dict[str, Any], with_loss: bool) -> tuple[Any, Any]:
-        """``(loss or None, outputs)`` of the model on one batch, without gradients."""
+    def _eval_forward(
+        self, model: nn.Module, inputs: dict[str, Any], with_loss: bool, loss_only: bool
+    ) -> tuple[Any, Any]:
+        """``(loss or None, outputs)`` of the model on one batch, without gradients.
+
+        Only the loss wanted, with Liger kernels: the model is asked to skip its logits
+        (``skip_logits=True``), as transformers asks it.
+        """
         with torch.no_grad(), self.trainer.compute_loss_context_manager():
             if not with_loss:
                 return None, model(**inputs)
-            num_items = self._eval_num_items(inputs)
+            num_items = self._eval_num_items(model, inputs)
+            if self.trainer.args.use_liger_kernel and loss_only:
+                inputs = {**inputs, "skip_logits": True}
             loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
             )
@@ -306,13 +320,9 @@ class EvaluationLoop:
         name = getattr(self.trainer.model, "main_input_name", "input_ids")
         return self.trainer._prepare_inputs({name: inputs[name]})[name]
 
-    def _eval_num_items(self, inputs: dict[str, Any]) -> Any:
+    def _eval_num_items(self, model: nn.Module, inputs: dict[str, Any]) -> Any:
         """``num_items_in_batch`` of one evaluation batch, as transformers counts it."""
-        if "labels" not in inputs or not (
-            self.trainer.model_accepts_loss_kwargs or self.trainer.compute_loss_func is not None
-        ):
-            return None
-        count = count_items_in_batch([inputs], shift_labels=self.trainer.loss_shifts_labels)
+        count = self.trainer.steps.loss_settings().count(model, [inputs])
         if count is None:
             return None
         count = count.to(self.trainer.accelerator.device)
@@ -321,11 +331,9 @@ class EvaluationLoop:
         return count
 
     def _can_return_loss(self) -> bool:
-        """Whether ``model.forward`` has a ``return_loss`` argument defaulting to True (CLIP-like models)."""
-        if self.can_return_loss is None:
-            params = inspect.signature(self.trainer.model.forward).parameters
-            self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
-        return self.can_return_loss
+        """``trainer.can_return_loss``: ``model.forward`` has ``return_loss=True`` (CLIP-like models), or a
+        subclass says so (sentence-transformers' does)."""
+        return bool(getattr(self.trainer, "can_return_loss", False))
 
     def _default_ignore_keys(self) -> list[str]:
         config = getattr(self.trainer.model, "config", None)

@@ -1,4 +1,4 @@
-"""``Evaluator`` (``trainer.evaluator``): ``evaluate``, ``predict`` and evaluation during training, as
+"""``Evaluator`` (``trainer.evaluations``): ``evaluate``, ``predict`` and evaluation during training, as
 transformers runs them (the loop over batches is ``EvaluationLoop``, the dataloaders ``DataLoaderBuilder``).
 
 ``evaluate()`` returns transformers' metrics: ``eval_loss`` (the mean over samples), the

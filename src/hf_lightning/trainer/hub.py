@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hf_lightning.checkpoint.io import write_training_args
+from hf_lightning.checkpoint.leftovers import TEMPORARY_PATTERNS
+from hf_lightning.checkpoint.peft_adapters import (
+    ADAPTER_CONFIG_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+    ADAPTER_WEIGHTS_NAME,
+)
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME
 
 if TYPE_CHECKING:
@@ -36,9 +42,19 @@ __all__ = ["HubPushError", "HubPublisher", "hub_api"]
 
 logger = logging.getLogger(__name__)
 
-IGNORE_PATTERNS = ["_*", "checkpoint-*", ".tmp-checkpoint-*"]
-"""Never pushed from output_dir: transformers' private files and checkpoint folders, and our staging folders."""
-MODEL_FILES = ("config.json", "generation_config.json", "pytorch_model.bin", "model.safetensors")
+IGNORE_PATTERNS = ["_*", "checkpoint-*", *TEMPORARY_PATTERNS]
+"""Never pushed from output_dir: transformers' private files and checkpoint folders (its own patterns), and
+every name hf_lightning writes only while a save or rotation runs, and its lock (``checkpoint/leftovers.py``)."""
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "pytorch_model.bin",
+    "model.safetensors",
+    ADAPTER_CONFIG_NAME,
+    ADAPTER_WEIGHTS_NAME,
+    ADAPTER_SAFE_WEIGHTS_NAME,
+)
+"""A checkpoint's files copied to output_dir for each push: the model's (a ``PeftModel``'s adapter files too)."""
 
 
 class HubPushError(RuntimeError):
@@ -194,7 +210,14 @@ class HubPublisher:
         jobs = [self._submit(message, output_dir, ignore_patterns=IGNORE_PATTERNS)]
         if strategy in ("checkpoint", "all_checkpoints"):
             in_repo = "last-checkpoint" if strategy == "checkpoint" else Path(checkpoint_folder).name
-            jobs.append(self._submit(message + ", checkpoint", checkpoint_folder, path_in_repo=in_repo))
+            jobs.append(
+                self._submit(
+                    message + ", checkpoint",
+                    checkpoint_folder,
+                    path_in_repo=in_repo,
+                    ignore_patterns=list(TEMPORARY_PATTERNS),  # a rank file being replaced
+                )
+            )
         self.in_flight = [job for job in self.in_flight if not job.done()] + jobs
 
     def _submit(self, message: str, folder: str, **options: Any) -> Future:

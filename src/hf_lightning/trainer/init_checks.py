@@ -6,14 +6,16 @@ instead of 500 steps later at the first evaluation.
 
 from __future__ import annotations
 
+import errno
 import inspect
+import os
 import warnings
 from typing import Any
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.loss import LabelSmoother
 
-__all__ = ["build_label_smoother", "check_sharding_arguments", "check_trainer_arguments"]
+__all__ = ["build_label_smoother", "check_output_dir", "check_sharding_arguments", "check_trainer_arguments"]
 
 
 def check_trainer_arguments(trainer: Any) -> None:
@@ -51,6 +53,34 @@ def check_trainer_arguments(trainer: Any) -> None:
             "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
         )
     check_sharding_arguments(args, given_optimizers=optimizer is not None or lr_scheduler is not None)
+    check_output_dir(args)
+
+
+def check_output_dir(args: Any) -> None:
+    """Refuse an ``output_dir`` that is a file, or lies below one, on the saving process.
+
+    transformers creates ``output_dir`` in ``Trainer.__init__`` (``os.makedirs``) and so fails there with a
+    bare ``FileExistsError`` / ``NotADirectoryError``; the same types are raised here, naming the argument.
+    """
+    if not args.should_save or args.output_dir is None:
+        return
+    path = os.path.abspath(os.fspath(args.output_dir))
+    call = f"`TrainingArguments(output_dir={os.fspath(args.output_dir)!r})`"
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(
+            errno.EEXIST,
+            f"{call} is an existing file, not a folder: the Trainer writes its checkpoints, model and logs "
+            "into output_dir. Pass the path of a folder (created when missing)",
+        )
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise NotADirectoryError(
+            errno.ENOTDIR,
+            f"{call} lies inside `{parent}`, which is a file, not a folder: the Trainer cannot create "
+            "output_dir there. Pass the path of a folder",
+        )
 
 
 def check_sharding_arguments(args: Any, *, given_optimizers: bool) -> None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks.nonfinite import NonFiniteRecord, observe_loss, observe_step
+from hf_lightning.train_data_checks import no_batch_error
 from hf_lightning.trainer_utils import speed_metrics
 
 if TYPE_CHECKING:
@@ -69,6 +70,10 @@ class TrainingRun:
         self._non_embedding_params: tuple[nn.Module, int] | None = None
         self.nonfinite = NonFiniteRecord()
         """The non-finite losses and weights reported in this run (``callbacks/nonfinite.py``)."""
+        self.window_items: Any = None
+        """``num_items_in_batch`` of the current step (set by the loop driver; None: the loss counts none)."""
+        self.steps_without_targets: list[int] = []
+        """The steps of this run whose labels were all ignored (-100)."""
 
     # --- the run's life ------------------------------------------------------------------------
     def begin(self, trial: Any, ignore_keys_for_eval: list[str] | None) -> None:
@@ -82,6 +87,7 @@ class TrainingRun:
         self.globalstep_last_logged = state.global_step
         self.start_time = time.time()
         self.nonfinite = NonFiniteRecord()
+        self.window_items, self.steps_without_targets = None, []
 
     def start(self) -> None:
         """The engine's loop begins (``on_train_begin``): start the clock."""
@@ -101,13 +107,50 @@ class TrainingRun:
         """Add one micro-batch's loss (NaN/inf replaced by the running mean), FLOPs and input tokens."""
         t = self.trainer
         value = float(loss.detach().float().sum())  # one host read for both uses below
-        observe_loss(self.nonfinite, t, value)  # the first non-finite loss: warn; StopOnNonFinite raises
+        if not ((value == 0.0 or not math.isfinite(value)) and self._without_targets(value)):
+            observe_loss(self.nonfinite, t, value)  # the first non-finite loss: warn; StopOnNonFinite raises
         if t.args.logging_nan_inf_filter and not math.isfinite(value):  # NaN or ±inf
             self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
         else:
             self.tr_loss += loss.to(self.tr_loss.device)
         t.current_flos += float(t.floating_point_ops(inputs))
         self.track_input_tokens(inputs)
+
+    def _without_targets(self, loss: float) -> bool:
+        """Whether the current step has no target (every label -100); the run's first such step is warned.
+        transformers trains on such batches without a word (loss NaN or 0, hidden by the NaN filter)."""
+        items = self.window_items
+        if items is None or int(items) != 0:
+            return False
+        step = self.trainer.state.global_step + 1
+        if step not in self.steps_without_targets:
+            if not self.steps_without_targets:
+                logger.warning(
+                    "Step %d: every label of this step's batch is ignored (-100), so there is no target to learn "
+                    "from (its loss is %s). Later such steps are counted, not warned.",
+                    step,
+                    loss,
+                )
+            self.steps_without_targets.append(step)
+        return True
+
+    def report_ignored_labels(self) -> None:
+        """After the fit: warn when the steps without targets were not an exception but every step."""
+        steps_run = self.trainer.state.global_step - self.initial_global_step
+        if steps_run > 0 and len(self.steps_without_targets) >= steps_run:
+            logger.warning(
+                "Every one of the %d training steps of this run had only ignored labels (-100): the model "
+                "learned nothing. Check how the labels of `train_dataset` are built (the -100 masking, the "
+                "data collator).",
+                steps_run,
+            )
+        elif self.steps_without_targets:
+            logger.warning(
+                "%d of the %d training steps of this run had only ignored labels (-100) (first: step %d).",
+                len(self.steps_without_targets),
+                steps_run,
+                self.steps_without_targets[0],
+            )
 
     def after_optimizer_step(self, grad_norm: float | None) -> None:
         """After each optimizer step: report the run's first non-finite weight (``callbacks/nonfinite.py``)."""
@@ -125,6 +168,19 @@ class TrainingRun:
             self.ignore_keys_for_eval,
             self.start_time,
             learning_rate=learning_rate,
+        )
+
+    def empty_epoch(self) -> None:
+        """An epoch yielded no batch (a stream that ended): before this run's first step that is an error
+        naming the dataset (transformers: accelerate's "Batch does not contain any data"); later,
+        transformers' warning, and training stops."""
+        t = self.trainer
+        if t.state.global_step == self.initial_global_step:
+            raise no_batch_error(t.train_dataset, t.args)
+        logger.warning(
+            "There seems not to be a single sample in your epoch_iterator, stopping training at step"
+            f" {t.state.global_step}! This is expected if you're using an IterableDataset and set"
+            f" num_steps ({t.state.max_steps}) higher than the number of available samples."
         )
 
     def train_loss(self) -> tuple[float, int]:

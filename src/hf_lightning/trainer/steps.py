@@ -9,6 +9,7 @@ Whether a loss is already scaled for gradient accumulation is the one rule of
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,8 +21,6 @@ from hf_lightning.loss import (
     LabelSmoother,
     LossSettings,
     compute_model_loss,
-    count_items_in_batch,
-    loss_ignores_item_count,
     loss_is_scaled_for_ga,
 )
 from hf_lightning.optim.extras import LOMO_OPTIMIZERS
@@ -38,6 +37,20 @@ class BatchSteps:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+
+    def loss_context(self) -> contextlib.ExitStack:
+        """``Trainer.compute_loss_context_manager``: the context ``compute_loss`` runs in (the Trainer's
+        ``autocast_smart_context_manager``; autocast itself is Lightning's precision plugin's job)."""
+        stack = contextlib.ExitStack()
+        ctx = self.trainer.autocast_smart_context_manager()
+        if not isinstance(ctx, contextlib.nullcontext):
+            stack.enter_context(ctx)
+        return stack
+
+    def autocast_context(self, cache_enabled: bool | None = True) -> contextlib.AbstractContextManager:
+        """``Trainer.autocast_smart_context_manager``: a null context, as Lightning's precision plugin
+        already autocasts the training step."""
+        return contextlib.nullcontext()
 
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
@@ -77,22 +90,22 @@ class BatchSteps:
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> Any:
         """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
-        t = self.trainer
-        settings = LossSettings(
-            accepts_loss_kwargs=t.model_accepts_loss_kwargs,
-            shift_labels=t.loss_shifts_labels,
-            label_smoother=self.label_smoother(),
-            compute_loss_func=t.compute_loss_func,
-            average_tokens_across_devices=t.args.average_tokens_across_devices,
-            world_size=t.accelerator.num_processes,
-            reweights_mean_loss=(
-                t.model_accepts_loss_kwargs
-                and t.compute_loss_func is None
-                and loss_ignores_item_count(t.model)
-            ),
-        )
+        settings = self.loss_settings(label_smoother=self.label_smoother())
         return compute_model_loss(
             model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
+        )
+
+    def loss_settings(self, label_smoother: LabelSmoother | None = None) -> LossSettings:
+        """The loss settings of the Trainer's model (its rule is asked of the model at the first batch)."""
+        t = self.trainer
+        return LossSettings(
+            accepts_loss_kwargs=t.model_accepts_loss_kwargs,
+            shift_labels=t.loss_shifts_labels,
+            label_smoother=label_smoother,
+            compute_loss_func=t.compute_loss_func,
+            average_tokens_across_devices=t.args.average_tokens_across_devices,
+            # tensor-parallel ranks share a batch: transformers scales by the data-parallel processes only
+            world_size=t.accelerator.num_processes // t.get_tp_size(),
         )
 
     def label_smoother(self) -> LabelSmoother | None:
@@ -109,9 +122,7 @@ class BatchSteps:
                 batches.append(next(epoch_iterator))
             except StopIteration:
                 break
-        if not (t.model_accepts_loss_kwargs or t.compute_loss_func is not None):
-            return batches, None
-        count = count_items_in_batch(batches, shift_labels=t.loss_shifts_labels)
+        count = self.loss_settings().count(t.model, batches)
         if count is not None and t.args.average_tokens_across_devices:
             count = t.accelerator.reduce(count, "sum")
         return batches, count if count is None or device is None else count.to(device)

@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 
 from hf_lightning.callbacks import ExportableState, TrainerState
-from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args
+from hf_lightning.checkpoint.lock import claim_output_dir
+from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args, report_resume_changes
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
+from hf_lightning.trainer.surface import check_parts
 from hf_lightning.trainer_utils import (
     TrainOutput,
     enable_full_determinism,
@@ -61,12 +63,25 @@ class TrainLauncher:
     ) -> TrainOutput:
         """``Trainer.train``: apply the trial, build the model, load the weights, run (with batch-size search)."""
         t = self.trainer
+        check_parts(t)  # a subclass that reused a part's attribute name is told so, by name
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         t._memory_tracker.start("train")
         t.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
         args = t.args
+        main, saver = args.process_index == 0 and args.should_save, args.should_save
+        # one job per output_dir (a second one is refused by name), and what a killed save left is removed
+        with claim_output_dir(t._get_output_dir(trial), lock=main, clean=saver):  # checkpoint/lock.py
+            return self._launch(resume_from_checkpoint, trial, ignore_keys_for_eval)
+
+    def _launch(
+        self, resume_from_checkpoint: str | bool | None, trial: Any, ignore_keys_for_eval: list[str] | None
+    ) -> TrainOutput:
+        t = self.trainer
+        args = t.args
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
         if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
             enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
             t.model = t.model_wrapped = t.call_model_init(trial)
@@ -81,6 +96,10 @@ class TrainLauncher:
             t.checkpoints.content_checked = resume_from_checkpoint  # its files were just verified
         if resume_from_checkpoint is not None:
             t._load_from_checkpoint(resume_from_checkpoint)
+            # the RNG (and scaler) restore follows the resumed run, whoever loaded the weights (a subclass's
+            # _load_from_checkpoint, as sentence-transformers' is), as in transformers
+            t.checkpoints.resume_checkpoint = os.fspath(resume_from_checkpoint)
+            t.checkpoints.rng_pending = "epoch"
         t._train_batch_size = args.train_batch_size
         run = dict(
             args=args,
@@ -227,6 +246,8 @@ class TrainLauncher:
             if os.path.isfile(path):
                 t.state = TrainerState.load_from_json(path)
                 compare_trainer_and_checkpoint_args(t.args, t.state)  # warn about changed step intervals
+                # ... and (beyond transformers) a length already reached, another schedule or process layout
+                report_resume_changes(t.args, t.state, resume_from_checkpoint, max_steps, t._train_batch_size)
                 if t.state.best_model_checkpoint and not os.path.isdir(t.state.best_model_checkpoint):
                     logger.warning(
                         f"The best checkpoint {t.state.best_model_checkpoint} recorded in the resumed state "
@@ -302,6 +323,7 @@ class TrainLauncher:
         )
         t = self.trainer
         train_loss, steps_run = t.run.train_loss()
+        t.run.report_ignored_labels()  # steps whose labels were all -100, when there were some
         metrics = speed_metrics(
             "train",
             t.run.start_time,

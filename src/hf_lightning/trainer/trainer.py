@@ -11,7 +11,7 @@ calls the Trainer's overridable methods through the Trainer, so a user's overrid
                                                               log / evaluate / save after each step
     trainer.optim        OptimizerSetup     optim.py          optimizer and scheduler creation
     trainer.loaders      DataLoaderBuilder  data.py           train / eval / test DataLoaders, samplers
-    trainer.evaluator    Evaluator          evaluation.py     evaluate, predict, best metric
+    trainer.evaluations  Evaluator          evaluation.py     evaluate, predict, best metric
     trainer.eval_loop    EvaluationLoop     eval_loop.py      the loop over evaluation batches
     trainer.checkpoints  CheckpointPolicy   checkpointing.py  save, resume, best model, rotation
     trainer.search       SearchRunner       hpsearch.py       hyperparameter_search and its trials
@@ -25,8 +25,8 @@ Most of transformers' methods are one line here: ``name = delegate("part", Part.
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -45,10 +45,10 @@ from hf_lightning.callbacks import (
     TrainerControl,
     TrainerState,
 )
-from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
-from hf_lightning.loss import loss_shifts_labels, model_accepts_loss_kwargs
+from hf_lightning.loss import model_accepts_loss_kwargs
 from hf_lightning.trainer import metrics as _metrics
 from hf_lightning.trainer import model_card as _model_card
+from hf_lightning.trainer import surface
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
 from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
 from hf_lightning.trainer.delegation import delegate
@@ -83,6 +83,9 @@ class Trainer:
     state: TrainerState
     control: TrainerControl
     hub_model_id: str | None
+    loss_is_scaled_for_ga: bool | None = None
+    """Whether ``compute_loss`` already scales for gradient accumulation (None: decided from the model);
+    a class attribute, as in transformers, so a subclass (TRL's) sets it in its body."""
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
@@ -126,8 +129,9 @@ class Trainer:
         elif model_init is not None:
             raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
         self.model = self.model_wrapped = model
+        surface.init_model_attributes(self, model)  # is_model_parallel, place_model_on_device, ...
         self.processing_class = processing_class
-        self.data_collator = data_collator if data_collator is not None else self._default_collator()
+        self.data_collator = surface.default_collator(processing_class, given=data_collator)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
@@ -152,7 +156,7 @@ class Trainer:
         self.run = TrainingRun(self)
         self.optim = OptimizerSetup(self)
         self.loaders = DataLoaderBuilder(self)
-        self.evaluator = Evaluator(self)
+        self.evaluations = Evaluator(self)
         self.eval_loop = EvaluationLoop(self)
         self.checkpoints = CheckpointPolicy(self)
         self.search = SearchRunner(self)
@@ -172,19 +176,14 @@ class Trainer:
         )
         self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
 
-    def _default_collator(self) -> Callable:
-        if self.processing_class is not None and hasattr(self.processing_class, "pad"):
-            return DataCollatorWithPadding(self.processing_class)
-        return default_data_collator
-
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
         model = self.model
         self.label_smoother = build_label_smoother(self.args, model)
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
-        self.loss_shifts_labels: bool = loss_shifts_labels(model)
+        # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
+        self.loss_shifts_labels: bool | None = None
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
-        self.loss_is_scaled_for_ga: bool | None = None
         self.current_gradient_accumulation_steps: int = 1
 
     def _init_bookkeeping(self) -> None:
@@ -200,6 +199,7 @@ class Trainer:
         )
         self.is_in_train = False
         self.current_flos: float = 0
+        self._signature_columns: list[str] | None = None  # the model's inputs, found on first use
         self._train_batch_size: int = self.args.train_batch_size
         # transformers' search attributes (the search's own bookkeeping is trainer.search)
         self.hp_name: Callable[[Any], str] | None = None
@@ -265,19 +265,8 @@ class Trainer:
     _label_smoother = delegate("steps", BatchSteps.label_smoother)
     get_batch_samples = delegate("steps", BatchSteps.batch_samples)
 
-    def compute_loss_context_manager(self) -> contextlib.ExitStack:
-        """The context ``compute_loss`` runs in (autocast is Lightning's precision plugin's job)."""
-        stack = contextlib.ExitStack()
-        ctx = self.autocast_smart_context_manager()
-        if not isinstance(ctx, contextlib.nullcontext):
-            stack.enter_context(ctx)
-        return stack
-
-    def autocast_smart_context_manager(
-        self, cache_enabled: bool | None = True
-    ) -> contextlib.AbstractContextManager:
-        """A null context: Lightning's precision plugin already autocasts the training step."""
-        return contextlib.nullcontext()
+    compute_loss_context_manager = delegate("steps", BatchSteps.loss_context)
+    autocast_smart_context_manager = delegate("steps", BatchSteps.autocast_context)
 
     def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """Move ``inputs`` to the model's device (Lightning has usually done it already)."""
@@ -314,13 +303,16 @@ class Trainer:
     get_test_dataloader = delegate("loaders", DataLoaderBuilder.test_dataloader)
     _get_dataloader = delegate("loaders", DataLoaderBuilder.build)
     _get_train_sampler = delegate("loaders", DataLoaderBuilder.train_sampler)
+    _set_signature_columns_if_needed = delegate("loaders", DataLoaderBuilder.set_signature_columns)
+    _remove_unused_columns = delegate("loaders", DataLoaderBuilder.remove_unused_columns)
+    _get_collator_with_removed_columns = delegate("loaders", DataLoaderBuilder.collator_with_removed_columns)
     _get_eval_sampler = delegate("loaders", DataLoaderBuilder.eval_sampler)
 
-    # --- evaluation and prediction: trainer.evaluator, trainer.eval_loop ----------------------
-    evaluate = delegate("evaluator", Evaluator.evaluate)
-    predict = delegate("evaluator", Evaluator.predict)
-    _evaluate = delegate("evaluator", Evaluator.evaluate_in_training)
-    _determine_best_metric = delegate("evaluator", Evaluator.determine_best_metric)
+    # --- evaluation and prediction: trainer.evaluations, trainer.eval_loop ----------------------
+    evaluate = delegate("evaluations", Evaluator.evaluate)
+    predict = delegate("evaluations", Evaluator.predict)
+    _evaluate = delegate("evaluations", Evaluator.evaluate_in_training)
+    _determine_best_metric = delegate("evaluations", Evaluator.determine_best_metric)
     evaluation_loop = delegate("eval_loop", EvaluationLoop.run)
     prediction_step = delegate("eval_loop", EvaluationLoop.predict_step)
 
@@ -346,6 +338,7 @@ class Trainer:
 
     # --- checkpoints: trainer.checkpoints -----------------------------------------------------
     save_model = delegate("checkpoints", CheckpointPolicy.save_model)
+    _save = surface.save_model_files  # the files save_model writes (surface.py); overridable
     save_state = delegate("checkpoints", CheckpointPolicy.save_state)
     _save_checkpoint = delegate("checkpoints", CheckpointPolicy.save)
     _load_from_checkpoint = delegate("checkpoints", CheckpointPolicy.load_from_checkpoint)
@@ -362,22 +355,29 @@ class Trainer:
 
     # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
-        """(Re)create ``self.accelerator``: the Lightning-backed shim bound to the module during train()."""
+        """(Re)create ``self.accelerator`` (accelerate's API on Lightning) and the engine flags (``surface.py``)."""
         from hf_lightning.adapters.accelerator import LightningAccelerator
+        from hf_lightning.adapters.accelerator_state import accelerator_settings
 
-        self.accelerator = LightningAccelerator()
+        cuda = torch.cuda.is_available()
+        self.accelerator = LightningAccelerator(
+            accelerator_settings(self.args, os.environ, cuda_available=cuda)
+        )
+        surface.init_engine_attributes(self)
 
     def get_tp_size(self) -> int:
-        """Tensor-parallel degree: 1 (tensor parallelism is not supported yet)."""
-        return 1
+        """Tensor-parallel degree: the model's ``_tp_size``, else ``accelerator.parallelism_config``'s (1: none)."""
+        return surface.parallel_size(self, "tp")
 
     def get_cp_size(self) -> int:
-        """Context-parallel degree: 1 (context parallelism is not supported yet)."""
-        return 1
+        """Context-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
+        return surface.parallel_size(self, "cp")
 
     def get_sp_size(self) -> int:
-        """Sequence-parallel degree: 1 (sequence parallelism is not supported yet)."""
-        return 1
+        """Sequence-parallel degree: ``accelerator.parallelism_config``'s (1: none; not supported yet)."""
+        return surface.parallel_size(self, "sp")
+
+    push_in_progress, neftune_hook_handle, model_preparation_time = surface.PART_VIEWS  # read-only views
 
     init_hf_repo = delegate("hub", HubPublisher.init_repo)
     push_to_hub = delegate("hub", HubPublisher.push)

@@ -1,0 +1,180 @@
+"""transformers' Trainer attributes that describe the engine and the model, for Trainer subclasses.
+
+transformers' ``Trainer.__init__`` sets flags its subclasses read (TRL's trainers branch on
+``is_deepspeed_enabled`` and ``is_fsdp_enabled``; sentence-transformers sets ``can_return_loss``). They
+keep transformers' names and meanings here, decided from the accelerator and the model as transformers
+decides them:
+
+- ``is_deepspeed_enabled`` / ``is_fsdp_enabled``: the accelerator's state has a DeepSpeed / FSDP plugin;
+  ``is_fsdp_xla_enabled`` (and its v1 / v2 forms): ``fsdp_config["xla"]`` (refused: no XLA engine);
+- ``gather_function``: ``accelerator.gather_for_metrics`` (with ``eval_use_gather_object``);
+- ``deepspeed``: the DeepSpeed engine once training wraps the model (None before);
+- ``is_model_parallel``: the model spreads over several devices (``hf_device_map``);
+  ``is_distributed_loading_by_transformers``: the model was sharded by ``from_pretrained``;
+- ``place_model_on_device``: transformers' rule (``args.place_model_on_device`` unless a sharding engine,
+  model parallelism or a full fp16/bf16 evaluation postpones the move);
+- ``can_return_loss``: ``model.forward`` has ``return_loss=True`` (CLIP-like models).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+__all__ = [
+    "PART_NAMES",
+    "PART_VIEWS",
+    "can_return_loss",
+    "check_parts",
+    "default_collator",
+    "init_engine_attributes",
+    "init_model_attributes",
+    "parallel_size",
+    "save_model_files",
+    "unwrap_peft",
+]
+
+PART_NAMES = (
+    "launcher",
+    "steps",
+    "run",
+    "optim",
+    "loaders",
+    "evaluations",
+    "eval_loop",
+    "checkpoints",
+    "search",
+    "hub",
+)
+"""The attributes holding the Trainer's parts (``trainer.py``): names transformers' Trainer does not use, kept
+for hf_lightning's parts (docs/subclassing.md)."""
+
+
+PART_VIEWS = (
+    property(
+        lambda t: t.hub if t.hub.in_flight else None,
+        doc="transformers' ``push_in_progress``: pushes in flight",
+    ),
+    property(
+        lambda t: t.launcher.neftune_handle, doc="transformers' ``neftune_hook_handle``: NEFTune's hook"
+    ),
+    property(lambda t: t.eval_loop.model_preparation_time, doc="transformers' ``model_preparation_time``"),
+)
+"""``push_in_progress``, ``neftune_hook_handle``, ``model_preparation_time``: transformers' attributes, read from
+the part that keeps them (the hub publisher has transformers' ``is_done()``)."""
+
+
+def unwrap_peft(model: Any) -> Any:
+    """The base model of a PEFT wrapper (``get_base_model()``), else ``model`` (transformers' ``unwrap_peft_model``)."""
+    get_base = getattr(model, "get_base_model", None)
+    if callable(get_base) and getattr(model, "peft_config", None) is not None:
+        return get_base()
+    return model
+
+
+def can_return_loss(model: Any) -> bool:
+    """Whether the class of ``model`` has a ``forward`` whose ``return_loss`` defaults to True."""
+    forward = getattr(type(model), "forward", None)
+    if forward is None:
+        return False
+    parameter = inspect.signature(forward).parameters.get("return_loss")
+    return parameter is not None and parameter.default is True
+
+
+def init_engine_attributes(trainer: Any) -> None:
+    """What transformers' ``create_accelerator_and_postprocess`` sets besides ``trainer.accelerator``."""
+    accelerator, args = trainer.accelerator, trainer.args
+    trainer.gather_function = functools.partial(
+        accelerator.gather_for_metrics, use_gather_object=args.eval_use_gather_object
+    )
+    trainer.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
+    trainer.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
+    config = dict(args.fsdp_config or {})
+    trainer.is_fsdp_xla_enabled = args.fsdp and config.get(
+        "xla", False
+    )  # transformers' expression (None without fsdp)
+    trainer.is_fsdp_xla_v2_enabled = args.fsdp and config.get("xla_fsdp_v2", False)
+    trainer.is_fsdp_xla_v1_enabled = trainer.is_fsdp_xla_enabled and not trainer.is_fsdp_xla_v2_enabled
+    trainer.deepspeed = None
+
+
+def _model_parallel(model: Any, device: Any) -> bool:
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map is None:
+        return False
+    devices = {d for d in device_map.values() if d not in ("cpu", "disk")}
+    if len(devices) > 1:
+        return True
+    return len(devices) == 1 and torch.device(device) != torch.device(next(iter(devices)))
+
+
+def init_model_attributes(trainer: Any, model: Any) -> None:
+    """transformers' model flags (see the module docstring), from ``model`` as given to the Trainer."""
+    args = trainer.args
+    trainer.is_model_parallel = _model_parallel(model, args.device)
+    trainer.is_distributed_loading_by_transformers = bool(
+        getattr(model, "is_distributed_loading_by_transformers", False)
+    )
+    if args.place_model_on_device is not None:
+        trainer.place_model_on_device = bool(args.place_model_on_device)
+    else:
+        trainer.place_model_on_device = not (
+            trainer.is_model_parallel
+            or trainer.is_deepspeed_enabled
+            or args.fp16_full_eval
+            or args.bf16_full_eval
+            or trainer.is_fsdp_xla_enabled
+            or trainer.is_fsdp_enabled
+            or trainer.is_distributed_loading_by_transformers
+        )
+    trainer.can_return_loss = can_return_loss(unwrap_peft(model))
+
+
+def check_parts(trainer: Any) -> None:
+    """Refuse to train when a subclass replaced one of the Trainer's parts, naming the attribute."""
+    for name in PART_NAMES:
+        part = trainer.__dict__.get(name)
+        if part is None or not type(part).__module__.startswith("hf_lightning.trainer."):
+            raise TypeError(
+                f"`{type(trainer).__name__}.{name}` holds {part!r}, but hf_lightning's Trainer keeps one of its "
+                f"parts under that name (docs/subclassing.md: {', '.join(PART_NAMES)}); rename the subclass's attribute"
+            )
+
+
+def parallel_size(trainer: Any, kind: str) -> int:
+    """``get_tp_size`` / ``get_cp_size`` / ``get_sp_size`` as transformers reads them: the model's ``_tp_size``
+    (tensor parallelism), else ``accelerator.parallelism_config`` (a test may patch it), else 1."""
+    if kind == "tp" and (model_tp := getattr(trainer.model, "_tp_size", None)) is not None:
+        return int(model_tp)
+    config = getattr(trainer.accelerator, "parallelism_config", None)
+    return int(getattr(config, f"{kind}_size", 1)) if config is not None else 1
+
+
+def save_model_files(trainer: Any, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+    """``Trainer._save``: the model (``save_pretrained``, else ``model.safetensors``), the processing class (else
+    the data collator's tokenizer) and the arguments in ``output_dir``, on the saving process; ``state_dict``
+    replaces the model's own (a sharded model's gathered weights). ``save_model`` calls it."""
+    from hf_lightning.checkpoint.store import save_model
+
+    if not trainer.args.should_save:
+        return
+    output_dir = str(trainer.args.output_dir) if output_dir is None else output_dir
+    processing = trainer.checkpoints.processing_to_save()
+    save_model(
+        trainer.model, output_dir, processing_class=processing, args=trainer.args, state_dict=state_dict
+    )
+
+
+def default_collator(processing_class: Any, given: Any = None) -> Any:
+    """``given``, else the collator transformers picks: padding with a processing class that pads (a
+    tokenizer), else ``default_data_collator``."""
+    from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
+
+    if given is not None:
+        return given
+    if processing_class is not None and hasattr(processing_class, "pad"):
+        return DataCollatorWithPadding(processing_class)
+    return default_data_collator
