@@ -21,7 +21,7 @@ import torch
 
 import hf_lightning
 from hf_lightning.callbacks.background_checkpointing import BackgroundCheckpointing
-from hf_lightning.checkpoint import INCOMPLETE_SENTINEL_NAME, is_checkpoint_complete
+from hf_lightning.checkpoint import INCOMPLETE_SENTINEL_NAME, DiskFullError, is_checkpoint_complete
 from hf_lightning.checkpoint.background import BackgroundSaver, host_copy
 from hf_lightning.trainer_utils import get_last_checkpoint
 from tests._ddp import run_ranks
@@ -151,16 +151,17 @@ class FullDiskOnSecondSave:
 
 
 def test_an_error_of_a_background_save_is_raised_in_the_training_process(tmp_path, caplog):
-    """A save failing behind the training raises its own error from train(); the folder is never published."""
+    """A save failing behind the training raises its own error from train() (a full disk: DiskFullError, as a
+    synchronous save reports it); the folder is never published and its staging folder is removed."""
     FullDiskOnSecondSave.calls = 0
     trainer = make_trainer(str(tmp_path), callbacks=[BackgroundCheckpointing()])
     trainer.processing_class = FullDiskOnSecondSave()
-    with caplog.at_level("ERROR"), pytest.raises(OSError, match="No space left on device"):
+    with caplog.at_level("ERROR"), pytest.raises(DiskFullError, match="No space left on device"):
         trainer.train()
     assert f"The background save of {tmp_path / 'checkpoint-2'} failed" in caplog.text
     assert is_checkpoint_complete(tmp_path / "checkpoint-1")
     assert not (tmp_path / "checkpoint-2").exists()
-    assert (tmp_path / ".tmp-checkpoint-2" / INCOMPLETE_SENTINEL_NAME).is_file()
+    assert not (tmp_path / ".tmp-checkpoint-2").exists()  # it would hold the space a full disk needs back
     assert not any(name.startswith("checkpoint-") and name > "checkpoint-2" for name in os.listdir(tmp_path))
 
 
