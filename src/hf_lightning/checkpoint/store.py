@@ -73,11 +73,11 @@ from hf_lightning.checkpoint.io import (
     fsync_dir,
     fsync_tree,
     load_training_args,
-    safe_torch_load,
     write_training_args,
 )
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
 from hf_lightning.checkpoint.sealing import FolderSealer
+from hf_lightning.checkpoint.state_files import load_optimizer_and_scheduler
 from hf_lightning.checkpoint.verify import write_manifest
 from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights, unwrap_model
 
@@ -387,40 +387,3 @@ _FULL_DISK_ADVICE = (
 def _call(barrier: Callable[[], None] | None) -> None:
     if barrier is not None:
         barrier()
-
-
-def load_optimizer_and_scheduler(
-    folder: str | os.PathLike[str],
-    optimizer: Any,
-    scheduler: Any = None,
-    scaler: Any = None,
-    map_location: Any = "cpu",
-) -> list[str]:
-    """Restore ``optimizer`` / ``scheduler`` / ``scaler`` from ``folder``; returns the file names loaded.
-
-    Each file is read with ``torch.load(weights_only=True)``. A file that is absent is skipped and logged
-    (a ``save_only_model`` checkpoint has none); one that is damaged, unsafe or does not fit its target
-    raises :class:`CheckpointError` naming it.
-    """
-    folder = os.fspath(folder)
-    loaded = []
-    for name, target, location in (
-        (OPTIMIZER_NAME, optimizer, map_location),
-        (SCHEDULER_NAME, scheduler, "cpu"),
-        (SCALER_NAME, scaler, "cpu"),
-    ):
-        if target is None:
-            continue
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            logger.info("No %s in `%s`; the %s keeps its current state.", name, folder, type(target).__name__)
-            continue
-        state_dict = safe_torch_load(path, map_location=location)
-        try:
-            target.load_state_dict(state_dict)
-        except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
-            raise CheckpointError(
-                f"`{path}` does not fit the given {type(target).__name__}: {exc}", path
-            ) from exc
-        loaded.append(name)
-    return loaded
