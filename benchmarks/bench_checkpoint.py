@@ -14,8 +14,9 @@ fresh process; a round runs, in a random order:
 
 Each process first imports what ``train()`` and ``save_pretrained`` import on first use (the engine;
 accelerate's unwrapping, which imports DeepSpeed when it is installed), so saves and resumes are timed
-without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume per saving library: a fresh process calls ``train(resume_from_checkpoint=True)`` on that
-run's output and stops after the first step.
+without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume per saving library: a
+fresh process calls ``train(resume_from_checkpoint=True)`` on that run's output and stops after the
+first step. The speed of the manifest's checksum (XXH3-128) against SHA-256 is printed first.
 
 Reported per library (medians over rounds, and the median of the per-round ratios to transformers):
 
@@ -196,6 +197,27 @@ def summarize(rounds: list[dict[str, dict]], saves: int) -> list[str]:
     return rows
 
 
+def hash_speed(mib: int = 256) -> str:
+    """GB/s of the manifest's digest (XXH3-128) and of SHA-256 (format 1) on one core, best of 3."""
+    import hashlib
+
+    import xxhash
+
+    data = memoryview(os.urandom(mib * 1024 * 1024))
+    speeds = {}
+    for name, make in (("XXH3-128", xxhash.xxh3_128), ("SHA-256", hashlib.sha256)):
+        best = float("inf")
+        for _ in range(3):
+            digest, started = make(), time.perf_counter()
+            for offset in range(0, len(data), 4 << 20):
+                digest.update(data[offset : offset + (4 << 20)])
+            digest.hexdigest()
+            best = min(best, time.perf_counter() - started)
+        speeds[name] = len(data) / best / 1e9
+    ratio = speeds["XXH3-128"] / speeds["SHA-256"]
+    return ", ".join(f"{k} {v:.2f} GB/s" for k, v in speeds.items()) + f" ({ratio:.1f}x)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", choices=sorted(SIZES), default="400MB")
@@ -220,6 +242,7 @@ def main() -> None:
     rounds = [run_round(cli, order) for _ in range(cli.rounds)]
     print(f"Checkpoint {cli.size}, {cli.rounds} rounds, {cli.saves} saves every {cli.save_steps} steps; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"Checksums on one core, {hash_speed()}")
     print("| library | save s (stall) | vs transformers | first save s | run added per save s | vs transformers "
           "| resume s | vs transformers | peak RSS saving (MiB) | peak RSS resuming (MiB) |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
