@@ -10,7 +10,6 @@ its peak heap after training. Set ``HF_LIGHTNING_MALLOC_TUNING=0`` to leave the 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 from collections.abc import Mapping
@@ -32,10 +31,8 @@ def retain_freed_memory(env: Mapping[str, str] | None = None) -> bool:
         or not sys.platform.startswith("linux")
     ):
         return _done
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
+    try:  # the C library this process already runs on (find_library would start a subprocess)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl or another libc without mallopt
         return False
     # 1 GiB: tensors below this come from the heap; the heap is trimmed only above 2 GiB of free top.

@@ -1,5 +1,5 @@
 """docs/checkpointing.md's runnable examples run as written (the page's first example and those of the sections on
-loading weights and on PEFT adapters; the JIT and Lightning snippets are fragments)."""
+loading weights, PEFT adapters and background saving; the JIT and Lightning snippets are fragments)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "checkpointing.md"
 SECTIONS = re.split(r"^## ", DOC.read_text(), flags=re.M)
-RUNNABLE = ("", "Loading weights back: the model's own path", "PEFT adapters")
+RUNNABLE = ("", "Loading weights back: the model's own path", "PEFT adapters", "Saving in the background")
 BLOCKS = [
     block
     for section in SECTIONS
@@ -22,8 +22,8 @@ BLOCKS = [
 
 
 def test_the_page_has_the_examples():
-    """The introduction, the loading section and the PEFT section each hold an example."""
-    assert len(BLOCKS) == 3
+    """The introduction, the loading, PEFT and background-saving sections each hold an example."""
+    assert len(BLOCKS) == 4
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))

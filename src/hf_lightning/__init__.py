@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "EarlyStoppingCallback": "callbacks",
     "ExportableState": "callbacks",
     "StopOnNonFinite": "callbacks",
+    "BackgroundCheckpointing": "callbacks",
     "NonFiniteError": "callbacks",
     "TrainOutput": "trainer_utils",
     "EvalPrediction": "trainer_utils",

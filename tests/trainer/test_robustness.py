@@ -216,7 +216,9 @@ def test_bit_flip_in_weights_is_caught_by_the_manifest(tmp_path):
     data = bytearray(Path(path).read_bytes())
     data[-1] ^= 0x10
     Path(path).write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match=r"model\.safetensors` is corrupt: its SHA-256"):
+    with pytest.raises(
+        CheckpointError, match=r"model\.safetensors` is corrupt: its (SHA-256|XXH3-128 checksum)"
+    ):
         _trainer(tmp_path, max_steps=6, save_steps=2).train(resume_from_checkpoint=f"{out}/checkpoint-4")
 
 
@@ -376,3 +378,23 @@ def test_stop_on_nonfinite_defers_a_loss_error_to_step_end_with_several_processe
     with pytest.raises(NonFiniteError, match="at step 4") as raised:
         stopper.on_step_end(None, state, None, model=RegressionModel())
     assert raised.value.step == 4
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ([1.0, 2.0], None),
+        ([3e38, 3e38], None),  # finite weights whose float32 sum overflows: checked element by element
+        ([1.0, float("nan")], "w"),
+        ([float("inf"), -float("inf")], "w"),
+    ],
+)
+def test_first_nonfinite_parameter_is_exact(values, expected):
+    """A parameter is reported exactly when one of its elements is NaN or ±inf (dtypes float32 and bf16)."""
+    from hf_lightning.callbacks.nonfinite import first_nonfinite_parameter
+
+    for dtype in (torch.float32, torch.bfloat16):
+        model = torch.nn.Module()
+        model.ok = torch.nn.Parameter(torch.ones(3, dtype=dtype))
+        model.w = torch.nn.Parameter(torch.tensor(values, dtype=dtype))
+        assert first_nonfinite_parameter(model) == expected

@@ -9,6 +9,7 @@ from hf_lightning.callbacks.api import (
     TrainerControl,
     TrainerState,
 )
+from hf_lightning.callbacks.background_checkpointing import BackgroundCheckpointing
 from hf_lightning.callbacks.builtin import (
     DefaultFlowCallback,
     EarlyStoppingCallback,
@@ -25,6 +26,7 @@ from hf_lightning.callbacks.kubeflow import (
 from hf_lightning.callbacks.nonfinite import NonFiniteError, StopOnNonFinite
 
 __all__ = [
+    "BackgroundCheckpointing",
     "KubeflowCallback",
     "is_kubeflow_available",
     "CallbackHandler",

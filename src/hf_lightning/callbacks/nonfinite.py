@@ -53,6 +53,15 @@ class NonFiniteError(FloatingPointError):
         self.step = step
 
 
+def _finite_probe(param: torch.Tensor) -> torch.Tensor:
+    """The sum of ``param`` (accumulated in float32, or float64 for float64), as a float64 scalar."""
+    if param.element_size() < 2:  # float8 has no sum kernel: the element-wise test, as 0 or NaN
+        finite = torch.isfinite(param).all()
+        return torch.where(finite, 0.0, float("nan")).to(torch.float64)
+    wide = torch.float64 if param.dtype == torch.float64 else torch.float32
+    return param.sum(dtype=wide).to(torch.float64)
+
+
 def first_nonfinite_parameter(model: torch.nn.Module) -> str | None:
     """The name of the first parameter holding a NaN or ±inf, or ``None`` when all are finite."""
     by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
@@ -60,10 +69,15 @@ def first_nonfinite_parameter(model: torch.nn.Module) -> str | None:
         if param.is_floating_point() and param.numel():
             by_device.setdefault(param.device, []).append((name, param.detach()))
     bad: list[str] = []
-    for named in by_device.values():  # one reduction per parameter, one host sync per device
-        flags = torch.stack([torch.isfinite(p).all() for _, p in named]).cpu()
-        if not bool(flags.all()):
-            bad.append(named[int((~flags).nonzero()[0])][0])
+    for named in by_device.values():  # one sum per parameter, one host sync per device
+        # a NaN or ±inf element makes the sum NaN or ±inf; a finite sum proves every element finite. A sum
+        # that overflowed from finite elements is checked element by element (the exact, slower test).
+        sums = torch.stack([_finite_probe(p) for _, p in named]).cpu()
+        if bool(torch.isfinite(sums).all()):
+            continue
+        first = next((name for name, p in named if not bool(torch.isfinite(p).all())), None)
+        if first is not None:
+            bad.append(first)
     return bad[0] if bad else None
 
 

@@ -89,8 +89,12 @@ def has_model_weights(folder: str | os.PathLike[str]) -> bool:
     )
 
 
-def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
-    """Why ``folder`` cannot be resumed from, or ``None`` when it is complete."""
+def checkpoint_problem(folder: str | os.PathLike[str], content: bool = True) -> str | None:
+    """Why ``folder`` cannot be resumed from, or ``None`` when it is complete.
+
+    ``content=False`` leaves out the content check (:func:`~hf_lightning.checkpoint.verify.content_problem`)
+    for a folder whose content was just checked.
+    """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         return "it is not a folder"
@@ -110,7 +114,7 @@ def checkpoint_problem(folder: str | os.PathLike[str]) -> str | None:
     )
     if empty:
         return f"its files {empty} are empty"
-    return _index_shards_missing(folder) or content_problem(folder)
+    return _index_shards_missing(folder) or (content_problem(folder) if content else None)
 
 
 def resume_problem(folder: str | os.PathLike[str]) -> str | None:

@@ -30,9 +30,9 @@ Several processes (``world_size > 1``) call :func:`save_checkpoint` with the sam
 ``global_step``; each writes its own ``rng_state_{process_index}.pth``:
 
 - with ``barrier`` (e.g. ``torch.distributed.barrier``), every rank calls it. The main process creates the
-  staging folder, [barrier], every rank writes its RNG file into it while the main process writes the
-  shared files, [barrier], the main process publishes, [barrier]. The folder appears complete, with every
-  rank's file. A rank that fails raises; ending the others is the caller's collective error handling.
+  staging folder, [barrier], every rank writes its RNG file into it, [barrier], the main process writes the
+  shared files and publishes, [barrier]. The folder appears complete, with every rank's file. A rank that
+  fails raises; ending the others is the caller's collective error handling.
 - without ``barrier``, the main process saves and publishes with its own RNG file; after the caller's own
   barrier, the other ranks call ``save_checkpoint(..., is_main_process=False)`` (or
   :func:`write_rank_files` on the published folder) to add theirs, each file replaced atomically. A rank
@@ -41,6 +41,7 @@ Several processes (``world_size > 1``) call :func:`save_checkpoint` with the sam
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -72,11 +73,11 @@ from hf_lightning.checkpoint.io import (
     fsync_dir,
     fsync_tree,
     load_training_args,
-    safe_torch_load,
-    torch_save,
     write_training_args,
 )
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
+from hf_lightning.checkpoint.sealing import FolderSealer
+from hf_lightning.checkpoint.state_files import load_optimizer_and_scheduler
 from hf_lightning.checkpoint.verify import write_manifest
 from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights, unwrap_model
 
@@ -206,6 +207,7 @@ def _write_extra_files(folder: str, extra_files: Mapping[str, ExtraFile] | None)
 
 
 def _begin_staging(staging: str, global_step: int) -> None:
+    os.makedirs(os.path.dirname(staging) or ".", exist_ok=True)
     if os.path.lexists(staging):  # left over from a save that was killed
         shutil.rmtree(staging, ignore_errors=True)
     os.makedirs(staging)
@@ -213,11 +215,12 @@ def _begin_staging(staging: str, global_step: int) -> None:
         handle.write(f"Checkpoint for step {global_step} is being written; this folder is not usable yet.\n")
 
 
-def _write_main_files(staging: str, options: dict[str, Any]) -> None:
+def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSealer) -> None:
     sharded = options["sharded_writer"] is not None  # the optimizer (and model) are in the writer's folders
     weights = not sharded or options["model_state_dict"] is not None  # DeepSpeed: full weights beside them
     save_model(options["model"], staging, processing_class=options["processing_class"], args=options["args"],
                state_dict=options["model_state_dict"], weights=weights)  # fmt: skip
+    sealer.seal_new_files()  # hashed and flushed behind the optimizer's writing (checkpoint/sealing.py)
     if not options["save_only_model"]:
         for name, holder in (
             (OPTIMIZER_NAME, "optimizer"),
@@ -227,16 +230,18 @@ def _write_main_files(staging: str, options: dict[str, Any]) -> None:
             if options[holder] is None or (sharded and holder == "optimizer"):
                 continue
             given = options["optimizer_state_dict"] if holder == "optimizer" else None
-            torch_save(given or options[holder].state_dict(), os.path.join(staging, name))
+            state = given or options[holder].state_dict()
+            sealer.write(name, lambda handle, state=state: torch.save(state, handle))
     if options["state"] is not None:
         _write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
     _write_extra_files(staging, options["extra_files"])
 
 
-def _publish(staging: str, final: str) -> None:
+def _publish(staging: str, final: str, sealer: FolderSealer | None = None) -> None:
     """Record the checksums, make ``staging`` durable, drop its sentinel and rename it to ``final``."""
-    write_manifest(staging)  # checkpoint/verify.py: lets a resume detect a damaged file
-    fsync_tree(staging)
+    entries = sealer.finish() if sealer is not None else None  # every file hashed and flushed
+    write_manifest(staging, entries)  # checkpoint/verify.py: lets a resume detect a damaged file
+    fsync_tree(staging)  # the manifest and the folders (the sealed files are on disk already)
     os.remove(os.path.join(staging, INCOMPLETE_SENTINEL_NAME))
     fsync_dir(staging)
     if os.path.lexists(final):
@@ -284,20 +289,22 @@ def save_checkpoint(
     model_state_dict: Mapping[str, torch.Tensor] | None = None,
     optimizer_state_dict: Mapping[str, Any] | None = None,
     sharded_writer: Callable[[str], None] | None = None,
+    defer: Callable[[Callable[[], str]], None] | None = None,
 ) -> str:
     """Write ``output_dir/checkpoint-{global_step}`` crash-safely; returns its path.
 
-    ``state`` is written by its ``save_to_json(path)`` (a plain mapping is written as JSON); without it the
-    folder is not resumable (see :func:`is_checkpoint_complete`). ``save_only_model`` writes neither
-    optimizer, scheduler, scaler nor RNG files. ``extra_files`` maps plain file names to bytes, text, or a
-    callable that writes the given path; they are published together with the rest. Saving the same step
-    again replaces the previous folder. ``world_size > 1``: see "Several processes" in the module docstring.
+    ``state`` is written by its ``save_to_json(path)`` (a mapping as JSON); without it the folder is not
+    resumable. ``save_only_model`` writes no optimizer, scheduler, scaler or RNG files. ``extra_files`` maps
+    file names to bytes, text, or a callable writing the given path. A step saved again replaces its folder.
+    ``world_size > 1``: see "Several processes" in the module docstring.
 
     A sharded model (``hf_lightning.checkpoint.sharded``): ``model_state_dict`` and ``optimizer_state_dict``
     are its gathered full states, written by the main process instead of the objects' own; or
     ``sharded_writer(staging)``, called on every process between the barriers, writes each process's shards
     (FSDP's folders, DeepSpeed's ``global_step{N}/``: no ``optimizer.pt`` then, and weights only if
-    ``model_state_dict`` is given), so the folder is published only after every rank finished.
+    ``model_state_dict`` is given), so the folder is published only after every rank finished. ``defer``
+    (on every process; ``checkpoint/background.py``): the main process hands the writing of its files (from
+    a snapshot of the state) and the publication to ``defer(job)``; no process waits at the last barrier.
     """
     _check_save_call(global_step, process_index, world_size)
     final = checkpoint_path(output_dir, global_step)
@@ -315,8 +322,8 @@ def save_checkpoint(
     with disk_full_reported(final, "checkpoint", _FULL_DISK_ADVICE, discard=discard):
         _stage_and_publish(staging, final, global_step, main_files if is_main_process else None,
             rank=None if save_only_model else (process_index, world_size), barrier=barrier,
-            sharded_writer=sharded_writer)  # fmt: skip
-    _call(barrier)
+            sharded_writer=sharded_writer, defer=defer)  # fmt: skip
+    _call(barrier if defer is None else None)  # a deferred save is published later: no one waits for it
     return final
 
 
@@ -329,22 +336,46 @@ def _stage_and_publish(
     rank: tuple[int, int] | None,
     barrier: Callable[[], None] | None,
     sharded_writer: Callable[[str], None] | None,
+    defer: Callable[[Callable[[], str]], None] | None,
 ) -> None:
-    """The main process (``main_files``) creates ``staging``, every process writes its files, the main one
-    publishes; see "Several processes" in the module docstring."""
+    """The main process (``main_files``) creates ``staging``, every process writes its own files, then the
+    main one writes its files and publishes (or hands that to ``defer``); see "Several processes" in the
+    module docstring."""
     if main_files is not None:
         os.makedirs(os.path.dirname(staging), exist_ok=True)
         _begin_staging(staging, global_step)
     _call(barrier)
     if sharded_writer is not None:
         sharded_writer(staging)
-    if main_files is not None:
-        _write_main_files(staging, main_files)
     if rank is not None:
         write_rank_files(staging, *rank)
-    _call(barrier)
-    if main_files is not None:
-        _publish(staging, final)
+    _call(barrier)  # every rank's own files are in the staging folder
+    if main_files is None:
+        return
+    if defer is None:
+        _write_and_publish(staging, final, main_files)
+    else:
+        defer(functools.partial(_write_and_publish_reported, staging, final, main_files))
+
+
+def _write_and_publish(staging: str, final: str, options: dict[str, Any]) -> str:
+    """The main process's files into ``staging`` (hashed and flushed as they are written), then publish."""
+    sealer = FolderSealer(staging)
+    try:
+        _write_main_files(staging, options, sealer)
+        _publish(staging, final, sealer)
+    finally:
+        sealer.close()
+    return final
+
+
+def _write_and_publish_reported(staging: str, final: str, options: dict[str, Any]) -> str:
+    """:func:`_write_and_publish` behind the training (background saving): a full disk is reported as the
+    synchronous save reports it, and the staging folder is removed on any failure."""
+    with disk_full_reported(
+        final, "checkpoint", _FULL_DISK_ADVICE, discard=lambda: shutil.rmtree(staging, ignore_errors=True)
+    ):
+        return _write_and_publish(staging, final, options)
 
 
 _FULL_DISK_ADVICE = (
@@ -356,40 +387,3 @@ _FULL_DISK_ADVICE = (
 def _call(barrier: Callable[[], None] | None) -> None:
     if barrier is not None:
         barrier()
-
-
-def load_optimizer_and_scheduler(
-    folder: str | os.PathLike[str],
-    optimizer: Any,
-    scheduler: Any = None,
-    scaler: Any = None,
-    map_location: Any = "cpu",
-) -> list[str]:
-    """Restore ``optimizer`` / ``scheduler`` / ``scaler`` from ``folder``; returns the file names loaded.
-
-    Each file is read with ``torch.load(weights_only=True)``. A file that is absent is skipped and logged
-    (a ``save_only_model`` checkpoint has none); one that is damaged, unsafe or does not fit its target
-    raises :class:`CheckpointError` naming it.
-    """
-    folder = os.fspath(folder)
-    loaded = []
-    for name, target, location in (
-        (OPTIMIZER_NAME, optimizer, map_location),
-        (SCHEDULER_NAME, scheduler, "cpu"),
-        (SCALER_NAME, scaler, "cpu"),
-    ):
-        if target is None:
-            continue
-        path = os.path.join(folder, name)
-        if not os.path.isfile(path):
-            logger.info("No %s in `%s`; the %s keeps its current state.", name, folder, type(target).__name__)
-            continue
-        state_dict = safe_torch_load(path, map_location=location)
-        try:
-            target.load_state_dict(state_dict)
-        except (ValueError, KeyError, RuntimeError, TypeError, IndexError) as exc:
-            raise CheckpointError(
-                f"`{path}` does not fit the given {type(target).__name__}: {exc}", path
-            ) from exc
-        loaded.append(name)
-    return loaded

@@ -1,8 +1,10 @@
 """Content checks of a checkpoint folder: every file parses, and matches the checksums taken when it was saved.
 
-A save writes ``checkpoint-manifest.json`` last, just before the folder is published: the size and SHA-256
-of every other file. :func:`content_problem` then finds a truncated file, a flipped bit or a deleted file
-in a checkpoint written here. A folder without a manifest (written by transformers, or by an older
+A save writes ``checkpoint-manifest.json`` last, just before the folder is published: the size and
+checksum of every other file (format 2: XXH3-128, taken while the files were written, see
+:mod:`hf_lightning.checkpoint.hashing`; format 1, written by earlier versions: SHA-256, still verified).
+:func:`content_problem` then finds a truncated file, a flipped bit or a deleted file in a checkpoint
+written here, reading each file once (several files at a time). A folder without a manifest (written by transformers, or by an older
 version) gets the structural checks only: each ``.safetensors`` header parses and its tensors lie inside
 the file, each JSON file parses, ``trainer_state.json`` names the folder's step, each ``.pt`` / ``.pth``
 / ``.bin`` file loads under ``torch.load(weights_only=True)``.
@@ -12,14 +14,16 @@ Each check returns a sentence naming the file and what is wrong with it, or ``No
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from hf_lightning.checkpoint.hashing import ALGORITHM, file_entry
 from hf_lightning.checkpoint.io import CheckpointError, safe_torch_load
+from hf_lightning.checkpoint.sealing import listed_files
 
 __all__ = [
     "MANIFEST_NAME",
@@ -32,10 +36,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "checkpoint-manifest.json"
-_FORMAT = 1
-_CHUNK = 8 * 1024 * 1024
+_FORMAT = 2  # 1: {"size", "sha256"} per file; 2: {"size", <algorithm>} with the algorithm named on top
 _STEP_RE = re.compile(r"checkpoint-(\d+)$")
-_SKIPPED = ("checkpoint-is-incomplete.txt", MANIFEST_NAME)
 # Files a resume can do without (fresh optimizer / schedule / scaler, unrestored RNG), with a warning.
 OPTIONAL_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt")
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin")
@@ -44,41 +46,60 @@ _TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 _NOT_LOADED = ("training_args.bin",)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+_files = listed_files  # every file a manifest lists (checkpoint/sealing.py)
 
 
-def _files(folder: str) -> list[str]:
-    """Every regular file below ``folder`` as a relative path with ``/``, sorted."""
-    found = []
-    for root, _, names in os.walk(folder):
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
-            if rel not in _SKIPPED:
-                found.append(rel)
-    return sorted(found)
+def _entries_of(folder: str, rels: list[str], algorithm: str) -> dict[str, dict[str, Any]]:
+    """``{rel: {"size", algorithm}}`` of the given files, several read at a time (hashing releases the GIL)."""
+    paths = [os.path.join(folder, rel) for rel in rels]
+    if len(paths) < 2:
+        return {rel: file_entry(path, algorithm) for rel, path in zip(rels, paths)}
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(paths))) as pool:
+        found = pool.map(lambda path: file_entry(path, algorithm), paths)
+        return dict(zip(rels, found))
 
 
-def write_manifest(folder: str | os.PathLike[str]) -> str:
-    """Write ``folder/checkpoint-manifest.json`` with the size and SHA-256 of every other file; returns it."""
+def write_manifest(folder: str | os.PathLike[str], entries: dict[str, dict[str, Any]] | None = None) -> str:
+    """Write ``folder/checkpoint-manifest.json`` with the size and checksum of every other file; returns it.
+
+    ``entries`` are checksums already taken (while the files were written, :mod:`checkpoint.sealing`):
+    one whose size still matches its file is recorded as is; every other file is hashed here.
+    """
     folder = os.fspath(folder)
-    entries = {}
+    known = {}
     for rel in _files(folder):
-        path = os.path.join(folder, rel)
-        entries[rel] = {"size": os.path.getsize(path), "sha256": _sha256(path)}
+        entry = (entries or {}).get(rel)
+        if entry is not None and ALGORITHM in entry:
+            if entry["size"] == os.path.getsize(os.path.join(folder, rel)):
+                known[rel] = {"size": entry["size"], ALGORITHM: entry[ALGORITHM]}
+    rest = [rel for rel in _files(folder) if rel not in known]
+    files = {**known, **_entries_of(folder, rest, ALGORITHM)}
     path = os.path.join(folder, MANIFEST_NAME)
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"format": _FORMAT, "files": entries}, handle, indent=1, sort_keys=True)
+        json.dump(
+            {"format": _FORMAT, "algorithm": ALGORITHM, "files": files}, handle, indent=1, sort_keys=True
+        )
         handle.write("\n")
     return path
 
 
+def _layout_ok(data: Any) -> bool:
+    files = data["files"]
+    if data["format"] == 1:
+        algorithm = "sha256"
+    elif data["format"] == _FORMAT:
+        algorithm = data["algorithm"]
+    else:
+        return False
+    return isinstance(files, dict) and all(
+        isinstance(e, dict) and isinstance(e["size"], int) and isinstance(e[algorithm], str)
+        for e in files.values()
+    )
+
+
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]] | None:
-    """The manifest's ``{file: {"size", "sha256"}}``, ``None`` when the folder has none.
+    """The manifest's ``{file: {"size", <algorithm>: digest}}`` (``"sha256"`` in format 1, the manifest's
+    ``"algorithm"`` in format 2), ``None`` when the folder has none.
 
     Raises :class:`CheckpointError` naming the manifest when it does not parse or has another shape.
     """
@@ -88,17 +109,12 @@ def read_manifest(folder: str | os.PathLike[str]) -> dict[str, dict[str, Any]] |
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
-        files = data["files"]
-        ok = data["format"] == _FORMAT and isinstance(files, dict)
-        ok = ok and all(
-            isinstance(e, dict) and isinstance(e["size"], int) and isinstance(e["sha256"], str)
-            for e in files.values()
-        )
+        ok = _layout_ok(data)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"`{path}` is corrupt ({type(exc).__name__}: {exc}).", path) from exc
     if not ok:
         raise CheckpointError(f"`{path}` is corrupt (unexpected layout).", path)
-    return files
+    return data["files"]
 
 
 def missing_listed_files(folder: str | os.PathLike[str]) -> list[str]:
@@ -111,16 +127,42 @@ def missing_listed_files(folder: str | os.PathLike[str]) -> list[str]:
     return sorted(rel for rel in listed if not os.path.isfile(os.path.join(folder, rel)))
 
 
+def _algorithm(listed: dict[str, dict[str, Any]]) -> str:
+    """The one checksum algorithm of a manifest's entries (the key beside ``"size"``)."""
+    names = {key for entry in listed.values() for key in entry if key != "size"}
+    return names.pop() if len(names) == 1 else ALGORITHM
+
+
 def _checksum_problem(folder: str, listed: dict[str, dict[str, Any]]) -> str | None:
-    for rel, entry in sorted(listed.items()):
-        problem = _entry_problem(folder, rel, entry)
+    found = _first_problem(folder, listed, sorted(listed))
+    return None if found is None else found[1]
+
+
+def _first_problem(folder: str, listed: dict[str, dict[str, Any]], rels: list[str]) -> tuple[str, str] | None:
+    """``(rel, problem)`` of the first of the manifest's files ``rels`` that is gone, has another size or
+    another checksum; ``None`` when all match. The files are hashed several at a time."""
+    present = [rel for rel in rels if os.path.isfile(os.path.join(folder, rel))]
+    sized = [rel for rel in present if os.path.getsize(os.path.join(folder, rel)) == listed[rel]["size"]]
+    algorithm = _algorithm(listed)
+    try:
+        found = _entries_of(folder, sized, algorithm)
+    except CheckpointError as exc:  # an algorithm this process cannot compute
+        return (
+            MANIFEST_NAME,
+            f"`{os.path.join(folder, MANIFEST_NAME)}` cannot be verified: {str(exc).rstrip('.')}",
+        )
+    for rel in rels:
+        problem = _entry_problem(folder, rel, listed[rel], found.get(rel), algorithm)
         if problem is not None:
-            return problem
+            return rel, problem
     return None
 
 
-def _entry_problem(folder: str, rel: str, entry: dict[str, Any]) -> str | None:
-    """What is wrong with the manifest's file ``rel`` (gone, another size, another SHA-256), or ``None``."""
+def _entry_problem(
+    folder: str, rel: str, entry: dict[str, Any], found: dict[str, Any] | None, algorithm: str
+) -> str | None:
+    """What is wrong with the manifest's file ``rel`` (gone, another size, another checksum), or ``None``;
+    ``found`` is its entry as hashed now (``None`` when it was not: gone, or of another size)."""
     path = os.path.join(folder, rel)
     if not os.path.isfile(path):
         if os.path.basename(rel) in OPTIONAL_STATE_FILES or _is_rng_file(rel):
@@ -130,11 +172,12 @@ def _entry_problem(folder: str, rel: str, entry: dict[str, Any]) -> str | None:
                 None  # the weights were laid out again (one file <-> index and shards): checked by structure
             )
         return f"`{path}` was saved with the checkpoint but is missing"
-    size = os.path.getsize(path)
-    if size != entry["size"]:
+    if found is None:
+        size = os.path.getsize(path)
         problem = f"`{path}` is truncated or corrupt: {size} bytes, {entry['size']} were saved"
-    elif _sha256(path) != entry["sha256"]:
-        problem = f"`{path}` is corrupt: its SHA-256 differs from the one recorded when it was saved"
+    elif found[algorithm] != entry[algorithm]:
+        name = {"sha256": "SHA-256", "xxh3_128": "XXH3-128 checksum"}.get(algorithm, algorithm)
+        problem = f"`{path}` is corrupt: its {name} differs from the one recorded when it was saved"
     else:
         return None
     return _file_problem(folder, rel) or problem  # the file's own check says more, when it fails
@@ -160,12 +203,18 @@ def verify_model_files(folder: str | os.PathLike[str]) -> None:
     if listed is None and os.path.isfile(os.path.join(folder, "training_args.json")):
         path = os.path.join(folder, MANIFEST_NAME)
         raise CheckpointError(f"`{path}` was saved with the checkpoint but is missing", path)
-    for rel in sorted(listed if listed is not None else _files(folder)):
-        if os.path.basename(rel) in _TRAINING_STATE or _is_rng_file(rel) or _ENGINE_STATE_RE.match(rel):
-            continue
-        problem = (
-            _entry_problem(folder, rel, listed[rel]) if listed is not None else _file_problem(folder, rel)
-        )
+    rels = [
+        rel
+        for rel in sorted(listed if listed is not None else _files(folder))
+        if not (os.path.basename(rel) in _TRAINING_STATE or _is_rng_file(rel) or _ENGINE_STATE_RE.match(rel))
+    ]
+    if listed is not None:
+        found = _first_problem(folder, listed, rels)
+        if found is not None:
+            raise CheckpointError(found[1] + ".", os.path.join(folder, found[0]))
+        return
+    for rel in rels:
+        problem = _file_problem(folder, rel)
         if problem is not None:
             raise CheckpointError(problem + ".", os.path.join(folder, rel))
 

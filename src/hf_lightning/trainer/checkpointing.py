@@ -21,6 +21,7 @@ checkpoint holds exactly the state after the last completed optimizer step (7, s
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -28,8 +29,11 @@ import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
-from hf_lightning.callbacks import ExportableState, TrainerControl
+from hf_lightning.callbacks import ExportableState
+from hf_lightning.callbacks.background_checkpointing import background_saver
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint, warn_nonfinite_save
+from hf_lightning.callbacks.restore import restore_callbacks
+from hf_lightning.checkpoint.background import save_in_background
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
@@ -81,34 +85,6 @@ def fast_forward_scheduler(scheduler: Any, steps: int) -> None:
             scheduler.step()
 
 
-def _restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, Any]) -> TrainerControl:
-    """Rebuild the callbacks (and ``control``) named in ``stored`` from their saved states, as transformers does."""
-    present = handler.callbacks + [control]
-    missing, rebuilt = [], []
-    for name, data in stored.items():
-        same = [cb for cb in present if type(cb).__name__ == name]
-        if not same:
-            missing.append(name)
-            continue
-        for callback, state in zip(same, data if isinstance(data, list) else [data]):
-            new = type(callback)(**state.get("args", {}))
-            for attribute, value in state.get("attributes", {}).items():
-                setattr(new, attribute, value)
-            if isinstance(callback, TrainerControl):
-                control = new
-            else:
-                rebuilt.append(new)
-                handler.remove_callback(type(new))
-    if missing:  # the package logger: transformers.trainer's, where a script looks for it
-        logging.getLogger("hf_lightning.trainer").warning(
-            "Checkpoint included callbacks not included in current configuration. "
-            f"Ignoring. ({', '.join(missing)})"
-        )
-    for callback in rebuilt:
-        handler.add_callback(callback)
-    return control
-
-
 class CheckpointPolicy:
     """What goes into a checkpoint and when state is restored; owns the resume bookkeeping."""
 
@@ -124,6 +100,8 @@ class CheckpointPolicy:
         self.last_checkpoint: tuple[TrainerState, int] | None = None
         """(state object, step) of the last checkpoint written."""
         self.last_save_seconds: float | None = None
+        self.content_checked: str | None = None
+        """The folder ``resume_from_checkpoint=True`` just found intact, its files hashed once."""
         self.best_damaged = False  # load-best fell back: the end-of-training pruning deletes nothing
 
     # --- saving ----------------------------------------------------------------------------
@@ -138,7 +116,9 @@ class CheckpointPolicy:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
         warn_nonfinite_save(t.model, output_dir, full)  # written as asked, not silently (nonfinite.py)
-        t._save(output_dir, state_dict=full)  # overridable, as in transformers (sentence-transformers overrides it)
+        t._save(
+            output_dir, state_dict=full
+        )  # overridable, as in transformers (sentence-transformers overrides it)
         if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
             t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
 
@@ -163,6 +143,10 @@ class CheckpointPolicy:
         t = self.trainer
         started = time.perf_counter()
         args, state = t.args, t.state
+        saver = background_saver(t.callback_handler.callbacks)  # callbacks=[BackgroundCheckpointing()]
+        index, world, is_saver = self.process_layout()
+        if saver is not None:
+            self.wait_for_saves(world)  # the previous save is published (its error raised) first
         if t.hp_search_backend is None and trial is None:
             t.store_flos()
         run_dir = t._get_output_dir(trial)
@@ -171,7 +155,6 @@ class CheckpointPolicy:
             return  # a checkpoint with NaN/inf weights never replaces a finite one (docs/checkpointing.md)
         tracked = enum_value(args.save_strategy) in SAVING_STRATEGIES and state.best_global_step
         self.export_callback_states()
-        index, world, is_saver = self.process_layout()
         if is_saver:
             logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
         optimizer = None if args.save_only_model else t.optimizer
@@ -181,38 +164,50 @@ class CheckpointPolicy:
 
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
-            return save_checkpoint(
-                run_dir,
-                step,
-                model=t.model,
-                optimizer=t.optimizer,
-                scheduler=t.lr_scheduler,
-                scaler=self.grad_scaler(),
-                state=state,
-                args=args,
-                processing_class=self.processing_to_save(),
-                save_only_model=args.save_only_model,
-                process_index=index,
-                world_size=world,
-                is_main_process=is_saver,
-                barrier=t.accelerator.wait_for_everyone if world > 1 else None,
-                **sharding,
+            options = dict(model=t.model, optimizer=t.optimizer, scheduler=t.lr_scheduler,
+                scaler=self.grad_scaler(), state=state, args=args, processing_class=self.processing_to_save(),
+                save_only_model=args.save_only_model, process_index=index, world_size=world,
+                is_main_process=is_saver, barrier=t.accelerator.wait_for_everyone if world > 1 else None,
+                **sharding)  # fmt: skip
+            if saver is None:
+                return save_checkpoint(run_dir, step, **options)
+            rotate = functools.partial(rotate_checkpoints, run_dir, args.save_total_limit, best)
+            then = functools.partial(self.after_save, folder, is_saver=is_saver)
+            return save_in_background(
+                saver, run_dir, step, options, rotate=rotate if is_saver else None, then=then
             )
 
-        folder, _ = save_tracked_checkpoint(
+        folder = checkpoint_path(run_dir, step)
+        save_tracked_checkpoint(
             run_dir,
             step,
             best_global_step=state.best_global_step if tracked else None,
             best_model_checkpoint=state.best_model_checkpoint,
             write=write,
             save_total_limit=args.save_total_limit,
-            is_saver=is_saver,
+            is_saver=is_saver and saver is None,  # a background save rotates once it is published
         )
-        if args.push_to_hub and is_saver:
-            t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
         self.last_checkpoint = (state, step)  # this run's state object: a later train() has another
-        self.last_save_seconds = time.perf_counter() - started
-        logger.debug("Saved %s in %.2fs", folder, self.last_save_seconds)
+        if saver is None:
+            self.after_save(folder, time.perf_counter() - started, is_saver)
+
+    def after_save(self, folder: str, seconds: float, is_saver: bool) -> None:
+        """Once ``folder`` is published: push it (``push_to_hub``), record how long the save took."""
+        t = self.trainer
+        if t.args.push_to_hub and is_saver:
+            t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
+        self.last_save_seconds = seconds
+        logger.debug("Saved %s in %.2fs", folder, seconds)
+
+    def wait_for_saves(self, world: int | None = None) -> None:
+        """Wait for the background save in flight (``BackgroundCheckpointing``), raising its error; with
+        several processes, every process then waits until the main one is done."""
+        saver = background_saver(self.trainer.callback_handler.callbacks)
+        if saver is None:
+            return
+        saver.wait()
+        if (world if world is not None else self.process_layout()[1]) > 1:
+            self.trainer.accelerator.wait_for_everyone()
 
     def save_jit_checkpoint(self, trial: Any = None) -> str | None:
         """Save the state after the last completed optimizer step as ``checkpoint-{global_step}`` and stop.
@@ -277,7 +272,11 @@ class CheckpointPolicy:
         """``Trainer._load_from_checkpoint``: the weights into ``model``; refuse an unusable folder."""
         model = self.trainer.model if model is None else model
         folder = os.fspath(resume_from_checkpoint)
-        problem = checkpoint_problem(folder)
+        checked, self.content_checked = (
+            self.content_checked == folder,
+            None,
+        )  # train(resume_from_checkpoint=True)
+        problem = checkpoint_problem(folder, content=not checked)
         if problem is not None:
             raise CheckpointError(
                 f"Can't find a valid checkpoint at {folder}: {problem}. "  # transformers' words first
@@ -362,13 +361,14 @@ class CheckpointPolicy:
         t = self.trainer
         if not t.args.restore_callback_states_from_checkpoint:
             return
-        t.control = _restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
+        t.control = restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
         logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
 
     # --- the end of training -----------------------------------------------------------------
     def after_training(self, trial: Any) -> None:
         """Load the best model (``load_best_model_at_end``); with ``save_total_limit=1`` keep only the best."""
         t = self.trainer
+        self.wait_for_saves()  # every checkpoint of the run is published (a background save's error raised)
         self.resume_checkpoint = self.rng_pending = None
         self.resume_for_state, self.best_damaged = None, False
         best = t.state.best_model_checkpoint

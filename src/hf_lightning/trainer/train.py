@@ -93,6 +93,7 @@ class TrainLauncher:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
                 raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")
+            t.checkpoints.content_checked = resume_from_checkpoint  # its files were just verified
         if resume_from_checkpoint is not None:
             t._load_from_checkpoint(resume_from_checkpoint)
             # the RNG (and scaler) restore follows the resumed run, whoever loaded the weights (a subclass's

@@ -1,0 +1,257 @@
+"""Saving and resuming checkpoints: hf_lightning.Trainer against transformers.Trainer, in the same run.
+
+A GPT-2 sized so that a checkpoint (weights + AdamW state) weighs ``--size`` (``400MB``: 6 layers,
+n_embd 512, vocabulary 32,000, 424 MB; ``2GB``: 12 layers, n_embd 1024, 2.2 GB) trains with one thread,
+batches of 2 × 32 tokens, ``save_steps`` steps between saves, ``--saves`` saves per run. Each run is a
+fresh process; a round runs, in a random order:
+
+- ``transformers``: transformers.Trainer, saving (synchronously, as it always does);
+- ``hf_lightning``: hf_lightning.Trainer, saving synchronously (crash-safe: staging folder, checksums,
+  fsync, rename);
+- ``hf_lightning background``: the same with ``callbacks=[BackgroundCheckpointing()]``;
+- ``... no save``: each library with ``save_strategy="no"`` (the run time that saving adds is measured
+  against it);
+
+Each process first imports what ``train()`` and ``save_pretrained`` import on first use (the engine;
+accelerate's unwrapping, which imports DeepSpeed when it is installed), so saves and resumes are timed
+without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume per saving library: a
+fresh process calls ``train(resume_from_checkpoint=True)`` on that run's output and stops after the
+first step. The speed of the manifest's checksum (XXH3-128) against SHA-256 is printed first.
+
+Reported per library (medians over rounds, and the median of the per-round ratios to transformers):
+
+- **save s**: seconds inside ``_save_checkpoint`` per save, the first save apart; for a background save
+  this is the **stall**: what the training step waits for (the copy of the state to host memory);
+- **run added per save**: (run time − the same library's run without saves) / saves: what saving costs
+  the run in the end (for a background save: the stall plus the CPU the writer took from training);
+- **resume s**: from ``train(resume_from_checkpoint=True)`` to the end of the first step;
+- **peak RSS**: the process's peak resident set (MiB), saving run and resume run.
+
+    python benchmarks/bench_checkpoint.py [--size 400MB|2GB] [--rounds 3] [--saves 3] [--save-steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = {"400MB": dict(n_layer=6, n_embd=512), "2GB": dict(n_layer=12, n_embd=1024)}
+MARK = "@@bench "
+RUNS = {
+    "transformers": ("transformers", "save"),
+    "hf_lightning": ("hf_lightning", "save"),
+    "hf_lightning background": ("hf_lightning", "background"),
+    "transformers no save": ("transformers", "none"),
+    "hf_lightning no save": ("hf_lightning", "none"),
+}
+
+
+def _report(**values: object) -> None:
+    print(MARK + json.dumps(values), flush=True)
+
+
+def _model(size: str):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        n_head=8, vocab_size=32000, n_positions=64, bos_token_id=0, eos_token_id=0, **SIZES[size]
+    )
+    return GPT2LMHeadModel(config)
+
+
+def _trainer(library: str, size: str, out: str, max_steps: int, save_steps: int, mode: str):
+    import torch
+
+    lib = __import__(library)
+    g = torch.Generator().manual_seed(0)
+    data = [
+        {"input_ids": (r := torch.randint(0, 32000, (32,), generator=g)), "labels": r} for _ in range(256)
+    ]
+    args = lib.TrainingArguments(
+        output_dir=out, per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-4,
+        save_strategy="no" if mode == "none" else "steps", save_steps=save_steps, logging_steps=10_000,
+        report_to="none", disable_tqdm=True, use_cpu=True, lr_scheduler_type="constant",
+    )  # fmt: skip
+    callbacks = [lib.BackgroundCheckpointing()] if mode == "background" else []
+    model = _model(size)
+    _warm_up(library, model)
+    return lib.Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks), lib
+
+
+def _warm_up(library: str, model) -> None:
+    """Import what train() and save_pretrained import on first use (transformers' Trainer imports it at
+    start-up; hf_lightning at its first train() and save), so that saves and resumes are timed alone."""
+    from transformers.modeling_utils import unwrap_model
+
+    unwrap_model(model)  # accelerate's extract_model_from_parallel: imports deepspeed when installed
+    if library == "hf_lightning":
+        import hf_lightning.adapters.callbacks.loop_driver  # noqa: F401
+        import hf_lightning.adapters.fit  # noqa: F401  (lightning)
+    else:
+        import transformers.trainer  # noqa: F401
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def serve_save(library: str, mode: str, size: str, out: str, saves: int, save_steps: int) -> None:
+    """Child: train ``saves * save_steps`` steps, timing every ``_save_checkpoint`` call."""
+    trainer, _ = _trainer(library, size, out, saves * save_steps, save_steps, mode)
+    seconds: list[float] = []
+    original = trainer._save_checkpoint
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        original(*args, **kwargs)
+        seconds.append(time.perf_counter() - started)
+
+    trainer._save_checkpoint = timed
+    started = time.perf_counter()
+    trainer.train()
+    _report(run=time.perf_counter() - started, saves=seconds, rss=_peak_rss_mib())
+
+
+def serve_resume(library: str, size: str, out: str, saves: int, save_steps: int) -> None:
+    """Child: resume the newest checkpoint in ``out`` and stop after one step."""
+    trainer, lib = _trainer(library, size, out, saves * save_steps + 1, save_steps, "none")
+    ended: list[float] = []
+
+    class FirstStep(lib.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            ended.append(time.perf_counter())
+            control.should_training_stop = True
+
+    trainer.add_callback(FirstStep())
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=True)
+    _report(resume=ended[0] - started, resume_rss=_peak_rss_mib())
+
+
+def _child(*argv: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, *argv], capture_output=True, text=True,
+        env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    for line in done.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK) :])
+    raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr[-4000:]}")
+
+
+def run_round(cli: argparse.Namespace, order: random.Random) -> dict[str, dict]:
+    """Every run of RUNS in a random order, then the resumes in a random order."""
+    results, folders = {}, {}
+    common = [cli.size, str(cli.saves), str(cli.save_steps)]
+    for name in order.sample(list(RUNS), len(RUNS)):
+        library, mode = RUNS[name]
+        folders[name] = tempfile.mkdtemp(prefix="bench_ckpt_", dir=cli.tmp)
+        results[name] = _child("--serve-save", library, mode, folders[name], *common)
+        print(f"  {name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)
+    for name in order.sample(["transformers", "hf_lightning", "hf_lightning background"], 3):
+        results[name].update(_child("--serve-resume", RUNS[name][0], folders[name], *common))
+    for folder in folders.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    return results
+
+
+def _later_saves(result: dict) -> float:
+    return statistics.median(result["saves"][1:] or result["saves"])
+
+
+def summarize(rounds: list[dict[str, dict]], saves: int) -> list[str]:
+    """Table rows: medians over rounds and medians of the per-round ratios to transformers."""
+    rows = []
+    for name in ("transformers", "hf_lightning", "hf_lightning background"):
+        library = RUNS[name][0]
+        save = [_later_saves(r[name]) for r in rounds]
+        first = [r[name]["saves"][0] for r in rounds]
+        added = [(r[name]["run"] - r[f"{library} no save"]["run"]) / saves for r in rounds]
+        resume = [r[name]["resume"] for r in rounds]
+
+        def ratio(values: list[float], of: str) -> float:
+            theirs = {"save": [_later_saves(r["transformers"]) for r in rounds],
+                      "added": [(r["transformers"]["run"] - r["transformers no save"]["run"]) / saves
+                                for r in rounds],
+                      "resume": [r["transformers"]["resume"] for r in rounds]}[of]  # fmt: skip
+            return statistics.median(a / b for a, b in zip(values, theirs))
+
+        rows.append(
+            f"| {name} | {statistics.median(save):.2f} | {ratio(save, 'save'):.2f}x | "
+            f"{statistics.median(first):.2f} | {statistics.median(added):.2f} | {ratio(added, 'added'):.2f}x | "
+            f"{statistics.median(resume):.2f} | {ratio(resume, 'resume'):.2f}x | "
+            f"{statistics.median(r[name]['rss'] for r in rounds):.0f} | "
+            f"{statistics.median(r[name]['resume_rss'] for r in rounds):.0f} |"
+        )
+    return rows
+
+
+def hash_speed(mib: int = 256) -> str:
+    """GB/s of the manifest's digest (XXH3-128) and of SHA-256 (format 1) on one core, best of 3."""
+    import hashlib
+
+    import xxhash
+
+    data = memoryview(os.urandom(mib * 1024 * 1024))
+    speeds = {}
+    for name, make in (("XXH3-128", xxhash.xxh3_128), ("SHA-256", hashlib.sha256)):
+        best = float("inf")
+        for _ in range(3):
+            digest, started = make(), time.perf_counter()
+            for offset in range(0, len(data), 4 << 20):
+                digest.update(data[offset : offset + (4 << 20)])
+            digest.hexdigest()
+            best = min(best, time.perf_counter() - started)
+        speeds[name] = len(data) / best / 1e9
+    ratio = speeds["XXH3-128"] / speeds["SHA-256"]
+    return ", ".join(f"{k} {v:.2f} GB/s" for k, v in speeds.items()) + f" ({ratio:.1f}x)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", choices=sorted(SIZES), default="400MB")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--saves", type=int, default=3)
+    parser.add_argument("--save-steps", type=int, default=10, help="steps between saves")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the order of the runs")
+    parser.add_argument(
+        "--tmp", default=None, help="where the checkpoints are written (default: the system's)"
+    )
+    parser.add_argument("--json", help="also write every run's figures here")
+    parser.add_argument("--serve-save", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-resume", nargs=5, help=argparse.SUPPRESS)
+    cli = parser.parse_args()
+    if cli.serve_save:
+        library, mode, out, size, saves, steps = cli.serve_save
+        return serve_save(library, mode, size, out, int(saves), int(steps))
+    if cli.serve_resume:
+        library, out, size, saves, steps = cli.serve_resume
+        return serve_resume(library, size, out, int(saves), int(steps))
+    order = random.Random(cli.seed)
+    rounds = [run_round(cli, order) for _ in range(cli.rounds)]
+    print(f"Checkpoint {cli.size}, {cli.rounds} rounds, {cli.saves} saves every {cli.save_steps} steps; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"Checksums on one core, {hash_speed()}")
+    print("| library | save s (stall) | vs transformers | first save s | run added per save s | vs transformers "
+          "| resume s | vs transformers | peak RSS saving (MiB) | peak RSS resuming (MiB) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in summarize(rounds, cli.saves):
+        print(row)
+    if cli.json:
+        with open(cli.json, "w") as handle:
+            json.dump(rounds, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()

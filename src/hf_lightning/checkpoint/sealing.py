@@ -1,0 +1,159 @@
+"""Sealing a checkpoint's staging folder: each file's checksum and its flush to disk, while the save goes on.
+
+A crash-safe save (:mod:`hf_lightning.checkpoint.store`) must know the size and digest of every file
+(for the manifest) and have every file on stable storage before the folder is published. Done after
+the last file was written, both cost one more pass over the checkpoint: a read to hash it and a wait
+for the disk. :class:`FolderSealer` does them while the save goes on::
+
+    sealer = FolderSealer(staging)
+    sealer.write("optimizer.pt", lambda f: torch.save(state, f))  # hashed as written; the disk starts
+                                                                  # writing it back every 32 MiB
+    save_pretrained(staging)                                     # files written by other code ...
+    sealer.seal_new_files()                                      # ... hashed (one read, from the page
+                                                                 # cache) and flushed in the background
+    entries = sealer.finish()                                    # every file sealed: {name: entry}
+
+The background work runs in two threads of this process (hashing and ``fsync`` release the GIL), so a
+process killed at any moment leaves the folder unpublished, exactly as a save without them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, BinaryIO
+
+from hf_lightning.checkpoint.hashing import ALGORITHM, HashingWriter, file_entry
+
+__all__ = ["FolderSealer", "listed_files"]
+
+_WRITEBACK_EVERY = 32 * 1024 * 1024
+_SKIPPED = ("checkpoint-is-incomplete.txt", "checkpoint-manifest.json")
+# files other processes write into the staging folder while the main process writes its own: sealed
+# only by finish(), once the caller's barrier says they are complete
+_OTHER_WRITERS = re.compile(r"rng_state.*|.*\.tmp-\d+$")
+
+
+def _sync(fd: int) -> None:
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
+def listed_files(folder: str) -> list[str]:
+    """Every regular file below ``folder`` as a relative path with ``/``, sorted; the manifest and the
+    incomplete-save sentinel excepted."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")
+            if rel not in _SKIPPED:
+                found.append(rel)
+    return sorted(found)
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _sync(fd)
+    finally:
+        os.close(fd)
+
+
+class _EarlyWriteback:
+    """Every 32 MiB written, ask the disk (in the background) to write back what the file holds so far."""
+
+    def __init__(self, handle: BinaryIO, pool: ThreadPoolExecutor) -> None:
+        self.handle, self.pool = handle, pool
+        self.next = _WRITEBACK_EVERY
+        self.pending: Future[None] | None = None
+
+    def __call__(self, written: int) -> None:
+        if written < self.next or (self.pending is not None and not self.pending.done()):
+            return
+        self.next = written + _WRITEBACK_EVERY
+        self.handle.flush()
+        fd = os.dup(self.handle.fileno())
+
+        def writeback() -> None:
+            try:
+                _sync(fd)
+            finally:
+                os.close(fd)
+
+        self.pending = self.pool.submit(writeback)
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+
+
+class FolderSealer:
+    """Checksums and durability of the files of one staging folder, taken while the save goes on."""
+
+    def __init__(self, folder: str, algorithm: str = ALGORITHM) -> None:
+        self.folder = folder
+        self.algorithm = algorithm
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hf-lightning-seal")
+        self._entries: dict[str, Future[dict[str, Any]]] = {}
+
+    def write(self, name: str, write: Callable[[Any], None]) -> None:
+        """Write ``folder/name`` through ``write(file)``, hashing the bytes on their way; flushed behind."""
+        path = os.path.join(self.folder, name)
+        with open(path, "wb") as handle:
+            writeback = _EarlyWriteback(handle, self._pool)
+            writer = HashingWriter(handle, self.algorithm, on_progress=writeback)
+            write(writer)
+            writer.flush()
+            writeback.wait()  # the descriptor it flushes is closed below
+        entry = writer.entry()
+
+        def seal() -> dict[str, Any]:
+            _fsync_path(path)
+            return entry
+
+        self._entries[name] = self._pool.submit(seal)
+
+    def seal_new_files(self) -> None:
+        """Hash and flush, in the background, the files written since the last call by this process's own
+        code (other ranks' RNG files and any sub-folder wait for :meth:`finish`)."""
+        for rel in listed_files(self.folder):
+            if rel in self._entries or "/" in rel or _OTHER_WRITERS.fullmatch(rel):
+                continue
+            self._submit(rel)
+
+    def _submit(self, rel: str) -> None:
+        path = os.path.join(self.folder, rel)
+
+        def seal() -> dict[str, Any]:
+            entry = file_entry(path, self.algorithm)
+            _fsync_path(path)
+            return entry
+
+        self._entries[rel] = self._pool.submit(seal)
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Seal every file still unsealed, wait for all; returns ``{relative path: {"size", algorithm}}``.
+
+        The first error of a background job is raised here, after every job has ended.
+        """
+        try:
+            for rel in listed_files(self.folder):
+                if rel not in self._entries:
+                    self._submit(rel)
+            results = {}
+            error: BaseException | None = None
+            for rel, future in self._entries.items():
+                try:
+                    results[rel] = future.result()
+                except BaseException as exc:  # noqa: BLE001 - the first one is raised below
+                    error = error or exc
+            if error is not None:
+                raise error
+            return results
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the background threads (after the jobs already started)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
