@@ -62,7 +62,7 @@ def shard_batches(
     mine: list[list[int]] = []
     initial: list[int] = []
     pending: list[int] | None = None
-    index, batch = -1, []
+    index, batch = -1, cast(list[int], [])
     for index, batch in enumerate(batches):
         if not drop_last and index < num_replicas:
             initial += batch

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -55,7 +55,7 @@ def _collect(
     from transformers.conversion_mapping import get_model_conversion_mapping  # noqa: PLC0415
     from transformers.core_model_loading import WeightRenaming, dot_natural_key, rename_source_key  # noqa: PLC0415
 
-    renamings, converters = _split(get_model_conversion_mapping(model))
+    renamings, converters = _split(get_model_conversion_mapping(cast(Any, model)))
     by_pattern = {pattern: converter for converter in converters for pattern in converter.source_patterns}
     expected = model.state_dict()
     prefix = getattr(model, "base_model_prefix", "")

@@ -231,7 +231,7 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
                 continue
             given = options["optimizer_state_dict"] if holder == "optimizer" else None
             state = given or options[holder].state_dict()
-            sealer.write(name, lambda handle, state=state: torch.save(state, handle))
+            sealer.write(name, functools.partial(torch.save, state))
     if options["state"] is not None:
         _write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
     _write_extra_files(staging, options["extra_files"])
