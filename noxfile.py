@@ -52,13 +52,14 @@ def demo(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks: step overhead vs a raw loop and transformers, evaluation memory, sampler padding,
-    checkpoint save / background stall / resume vs transformers."""
+    checkpoint save / background stall / resume and start-up vs transformers."""
     _install(session)
     session.run("python", "benchmarks/bench_step.py", *session.posargs)
     session.run("python", "benchmarks/bench_samplers.py")
     session.run("python", "benchmarks/bench_eval_memory.py")
     session.run("python", "benchmarks/bench_ddp_tokens.py")
     session.run("python", "benchmarks/bench_checkpoint.py", "--size", "400MB")
+    session.run("python", "benchmarks/bench_startup.py")
 
 
 @nox.session(python=PYTHON)
