@@ -27,18 +27,18 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from hf_lightning.adapters import accelerator_ops as ops
-from hf_lightning.adapters.accelerator_data import (
+from . import accelerator_ops as ops
+from .accelerator_data import (
     DataLoaderConfiguration,
     GradientStateView,
     prepare_data_loader,
 )
-from hf_lightning.adapters.accelerator_state import (
+from .accelerator_state import (
     AcceleratorSettings,
     AcceleratorStateView,
     not_carried,
 )
-from hf_lightning.adapters.strategy import DistributedSettings
+from .strategy import DistributedSettings
 
 __all__ = ["LightningAccelerator"]
 

@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from hf_lightning.adapters.evaluation import ensure_process_group
+from .evaluation import ensure_process_group
 
 __all__ = [
     "Collective",

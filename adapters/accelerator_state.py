@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from hf_lightning.adapters.strategy import DistributedSettings, distributed_settings
 from hf_lightning.args.runtime import DistributedType, distributed_type_enum
+
+from .strategy import DistributedSettings, distributed_settings
 
 __all__ = [
     "AcceleratorSettings",

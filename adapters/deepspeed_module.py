@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from hf_lightning.adapters.deepspeed_sections import has_section, section_optimizer, section_scheduler
-from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state, register_deepspeed_engine
+
+from .deepspeed_sections import has_section, section_optimizer, section_scheduler
+from .module import HFModule
 
 __all__ = ["DeepSpeedModule"]
 

@@ -40,7 +40,7 @@ _SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRan
 
 
 def _filled(args: Any, model: nn.Module | None, num_training_steps: int | None) -> dict[str, Any]:
-    from hf_lightning.adapters.deepspeed import fill_deepspeed_config
+    from .deepspeed import fill_deepspeed_config
 
     return fill_deepspeed_config(
         args, world_size=max(int(args.world_size), 1), model=model, num_training_steps=num_training_steps
@@ -51,7 +51,7 @@ def has_section(args: Any, section: str) -> bool:
     """Whether ``args.deepspeed`` has an ``optimizer`` or ``scheduler`` section."""
     if not args.deepspeed:
         return False
-    from hf_lightning.adapters.deepspeed import load_deepspeed_config
+    from .deepspeed import load_deepspeed_config
 
     return section in load_deepspeed_config(args.deepspeed)
 

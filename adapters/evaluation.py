@@ -31,9 +31,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler
 
-from hf_lightning.adapters.plan_groups import EvalSettings, eval_settings
 from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
+
+from .plan_groups import EvalSettings, eval_settings
 
 __all__ = [
     "EvalCollective",

@@ -18,11 +18,11 @@ from typing import Any
 import lightning as L
 import torch
 
-from hf_lightning.adapters.allocator import retain_freed_memory
-from hf_lightning.adapters.evaluation import close_process_group_at_exit
-from hf_lightning.adapters.module import HFModule
-from hf_lightning.adapters.plan import to_lightning
-from hf_lightning.adapters.windows import AccumulationWindows
+from .allocator import retain_freed_memory
+from .evaluation import close_process_group_at_exit
+from .module import HFModule
+from .plan import to_lightning
+from .windows import AccumulationWindows
 
 __all__ = ["FitRequest", "run_fit"]
 
@@ -77,24 +77,24 @@ def _module_class(plan: Any) -> type[HFModule]:
     """``HFModule``, or its FSDP or DeepSpeed form."""
     deepspeed = plan.distributed.deepspeed
     if deepspeed is not None:
-        from hf_lightning.adapters.deepspeed_module import DeepSpeedModule
+        from .deepspeed_module import DeepSpeedModule
 
         return DeepSpeedModule
     fsdp = plan.distributed.fsdp
     if fsdp is None:
         return HFModule
     if fsdp.version == 1:
-        from hf_lightning.adapters.fsdp1_module import FSDP1Module, check_fsdp1
+        from .fsdp1_module import FSDP1Module, check_fsdp1
 
         check_fsdp1(fsdp, plan)
         return FSDP1Module
-    from hf_lightning.adapters.fsdp_module import FSDP2Module
+    from .fsdp_module import FSDP2Module
 
     return FSDP2Module
 
 
 def _deepspeed_strategy(plan: Any, facade: Any, max_steps: int) -> Any:
-    from hf_lightning.adapters.deepspeed import build_deepspeed_strategy, engine_config
+    from .deepspeed import build_deepspeed_strategy, engine_config
 
     distributed = plan.distributed
     config = engine_config(
@@ -141,7 +141,7 @@ def run_fit(request: FitRequest) -> HFModule:
         request.dataloader, plan.module.gradient_accumulation_steps, skip_windows=request.skip_windows
     )
     if plan.enable_jit_checkpoint:  # owns SIGTERM while fitting (adapters/callbacks/jit_checkpoint.py)
-        from hf_lightning.adapters.callbacks.jit_checkpoint import jit_checkpoint_for
+        from .callbacks.jit_checkpoint import jit_checkpoint_for
 
         kwargs["callbacks"] = [
             *(kwargs.get("callbacks") or []),

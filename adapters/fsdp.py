@@ -289,7 +289,7 @@ def build_fsdp_strategy(settings: FSDPSettings, world_size: int, backend: str | 
             process_group_backend=backend,
             timeout=timeout,
         )
-    from hf_lightning.adapters.fsdp1_module import FSDP1Strategy
+    from .fsdp1_module import FSDP1Strategy
 
     options: dict[str, Any] = {
         "sharding_strategy": str(settings.reshard_after_forward).upper(),

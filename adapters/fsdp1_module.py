@@ -26,9 +26,10 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, checkpoint_layers, modules_to_wrap
-from hf_lightning.adapters.module import HFModule
 from hf_lightning.checkpoint.sharded import fsdp_root, load_indexed_optimizer_state, register_fsdp_root
+
+from .fsdp import FSDPSettings, checkpoint_layers, modules_to_wrap
+from .module import HFModule
 
 __all__ = ["FSDP1Module", "FSDP1Strategy"]
 

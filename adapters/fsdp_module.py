@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.adapters.fsdp import FSDPSettings, checkpoint_layers, fsdp_settings, modules_to_wrap
-from hf_lightning.adapters.module import HFModule
+from .fsdp import FSDPSettings, checkpoint_layers, fsdp_settings, modules_to_wrap
+from .module import HFModule
 
 __all__ = ["FSDP2Module", "shard_model"]
 
@@ -82,7 +82,9 @@ class FSDP2Module(HFModule):
     def configure_model(self) -> None:
         if self._unsharded:
             return  # already sharded (a second fit on the same module)
-        self._unsharded = shard_model(self.model, self.fsdp, self.device_mesh["data_parallel"])
+        mesh = self.device_mesh
+        assert mesh is not None, "ModelParallelStrategy sets the device mesh before configure_model"
+        self._unsharded = shard_model(self.model, self.fsdp, mesh["data_parallel"])
 
     def configure_optimizers(self) -> Any:
         optimizer = super().configure_optimizers()

@@ -29,22 +29,23 @@ import lightning as L
 import torch
 from torch import nn
 
-from hf_lightning.adapters.grad_clipping import ClipOrder
-from hf_lightning.adapters.module_checks import (
+from hf_lightning.args.runtime import resolve_steps
+from hf_lightning.args.training_args import TrainingArguments
+from hf_lightning.loss import LossSettings, compute_model_loss
+from hf_lightning.optim.schedulers import steps_per_update
+
+from .grad_clipping import ClipOrder
+from .module_checks import (
     batch_rows,
     check_engine_module,
     check_eval_labels,
     check_windows_are_sharded,
     refuse_lightning_accumulation,
 )
-from hf_lightning.adapters.plain_backward import plain_backward_setup
-from hf_lightning.adapters.plan_groups import ModuleSettings, module_settings
-from hf_lightning.adapters.protocols import LoopDriver
-from hf_lightning.adapters.standalone_driver import StandaloneDriver
-from hf_lightning.args.runtime import resolve_steps
-from hf_lightning.args.training_args import TrainingArguments
-from hf_lightning.loss import LossSettings, compute_model_loss
-from hf_lightning.optim.schedulers import steps_per_update
+from .plain_backward import plain_backward_setup
+from .plan_groups import ModuleSettings, module_settings
+from .protocols import LoopDriver
+from .standalone_driver import StandaloneDriver
 
 __all__ = ["HFModule", "StandaloneDriver"]
 
@@ -177,9 +178,8 @@ class HFModule(L.LightningModule):
         settings = self.settings
         if settings.torch_compile:
             # transformers compiles the model it trains; the saved weights keep the plain names.
-            compiled = torch.compile(
-                self.model, backend=settings.torch_compile_backend, mode=settings.torch_compile_mode
-            )
+            backend = settings.torch_compile_backend or "inductor"  # transformers' default
+            compiled = torch.compile(self.model, backend=backend, mode=settings.torch_compile_mode)
             self.train_model = cast(nn.Module, compiled)
 
     def configure_optimizers(self) -> Any:

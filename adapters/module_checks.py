@@ -15,8 +15,9 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset
 
-from hf_lightning.adapters.windows import AccumulationWindows
 from hf_lightning.loss import IGNORE_INDEX
+
+from .windows import AccumulationWindows
 
 __all__ = ["batch_rows", "check_eval_labels", "check_windows_are_sharded", "refuse_lightning_accumulation"]
 

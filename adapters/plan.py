@@ -30,9 +30,11 @@ from typing import Any
 
 import torch
 
-from hf_lightning.adapters.argument_table import carriers_for, check_supported, non_default_fields
-from hf_lightning.adapters.loggers import LoggerSpec, logger_specs
-from hf_lightning.adapters.plan_groups import (
+from hf_lightning.args.enums import enum_value
+
+from .argument_table import carriers_for, check_supported, non_default_fields
+from .loggers import LoggerSpec, logger_specs
+from .plan_groups import (
     DataSettings,
     EvalSettings,
     ModuleSettings,
@@ -41,13 +43,12 @@ from hf_lightning.adapters.plan_groups import (
     module_settings,
     precisions,
 )
-from hf_lightning.adapters.strategy import (
+from .strategy import (
     DistributedSettings,
     build_strategy,
     cluster_plugins,
     distributed_settings,
 )
-from hf_lightning.args.enums import enum_value
 
 __all__ = [
     "DataSettings",

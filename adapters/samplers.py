@@ -34,15 +34,16 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DistributedSampler
 
-from hf_lightning.adapters.samplers_common import (
+from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
+from hf_lightning.data.collators import compute_lengths
+
+from .samplers_common import (
     as_length_list,
     resolve_replicas,
     shard_batches,
     shard_length,
 )
-from hf_lightning.adapters.samplers_rebalance import BatchRebalanceSampler
-from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
-from hf_lightning.data.collators import compute_lengths
+from .samplers_rebalance import BatchRebalanceSampler
 
 __all__ = [
     "SAMPLING_STRATEGIES",
@@ -216,7 +217,7 @@ class LengthGroupedSampler(DistributedSampler):
         self.generator = generator
         self.megabatch_mult = megabatch_mult
         self.num_replicas, self.rank = resolve_replicas(num_replicas, rank, owner)
-        self.dataset = dataset if dataset is not None else self.lengths
+        self.dataset: Any = dataset if dataset is not None else self.lengths
         self.seed = seed
         self.epoch = 0
         self.shuffle = True

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from hf_lightning.adapters.samplers_common import as_length_list, resolve_replicas
+from .samplers_common import as_length_list, resolve_replicas
 
 __all__ = ["BatchRebalanceSampler", "assign_to_ranks", "balance_partition", "min_max_partition"]
 

@@ -18,7 +18,7 @@ from hf_lightning.loss import compute_model_loss
 from hf_lightning.trainer_utils import ensure_training_mode
 
 if TYPE_CHECKING:
-    from hf_lightning.adapters.module import HFModule
+    from .module import HFModule
 
 __all__ = ["StandaloneDriver"]
 

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from hf_lightning.adapters.deepspeed import DeepSpeedSettings, build_deepspeed_strategy, deepspeed_settings
-from hf_lightning.adapters.fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
-from hf_lightning.adapters.plan_groups import checkpointing
 from hf_lightning.args.launcher import launcher_variables
+
+from .deepspeed import DeepSpeedSettings, build_deepspeed_strategy, deepspeed_settings
+from .fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
+from .plan_groups import checkpointing
 
 __all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "cluster_plugins", "distributed_settings"]
 

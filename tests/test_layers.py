@@ -50,6 +50,18 @@ def _plant(root: pathlib.Path, files: dict[str, str]) -> None:
         ("adapters/fit.py", "def f(trainer):\n    return trainer._tr_loss\n", "private _tr_loss"),
         ("adapters/fit.py", "from hf_lightning.loss import _helper\n", "private name _helper"),
         ("src/hf_lightning/trainer/t.py", "import hf_lightning.adapters.fit as fit\nfit._x\n", "fit._x"),
+        # relative imports are resolved: adapters/ is installed as hf_lightning.adapters
+        ("adapters/fit.py", "from ..trainer.run import Run\n", "the engine imports hf_lightning.trainer.run"),
+        (
+            "adapters/callbacks/c.py",
+            "from ...trainer import Trainer\n",
+            "the engine imports hf_lightning.trainer",
+        ),
+        (
+            "src/hf_lightning/args/a.py",
+            "from ..adapters import fit\n",
+            "the vocabulary imports hf_lightning.adapters",
+        ),
     ],
 )
 def test_the_checker_reports_a_planted_violation(tmp_path, rel, source, expected):
@@ -65,8 +77,22 @@ def test_the_checker_accepts_the_allowed_directions(tmp_path):
         tmp_path,
         {
             "src/hf_lightning/trainer/t.py": "from hf_lightning.adapters.fit import run_fit\n",
-            "adapters/fit.py": "import lightning\nfrom hf_lightning.loss import count\n"
+            "adapters/fit.py": "import lightning\nfrom hf_lightning.loss import count\nfrom .plan import Plan\n"
             "class M:\n    def f(self):\n        return self._tr_loss\n",
         },
     )
     assert _checker().violations(tmp_path) == []
+
+
+def test_the_graph_shows_the_engines_own_arrows(tmp_path):
+    """adapters/ imports its own modules relatively; the graph resolves them (engine -> engine) and shows
+    only allowed arrows on the real tree."""
+    checker = _checker()
+    _plant(
+        tmp_path,
+        {"adapters/fit.py": "from .plan import Plan\nfrom . import windows\n", "adapters/plan.py": ""},
+    )
+    assert checker.layer_graph(tmp_path) == {("engine", "engine"): 2}
+    real = checker.layer_graph()
+    assert real[("engine", "engine")] > 0
+    assert all(there in checker.ALLOWED[here] for here, there in real), real

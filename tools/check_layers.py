@@ -12,7 +12,9 @@ And no module touches another layer's underscore names: no ``from <other layer> 
 ``module._name`` on a module of another layer, and the engine never reaches into the facade's private
 attributes or methods (``trainer._x``): it calls the public methods named in ``adapters/protocols.py``.
 
-Exit status 1 lists each violation.
+Exit status 1 lists each violation. ``python tools/check_layers.py --graph`` prints the arrows between the
+layers with their number of imports (relative imports inside ``adapters/`` resolved to
+``hf_lightning.adapters.*``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import ast
 import pathlib
 import sys
 
-__all__ = ["imported_modules", "layer_of", "violations"]
+__all__ = ["imported_modules", "layer_graph", "layer_of", "violations"]
 
 ENGINES = {"lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "optuna", "ray"}
 FACADE_PACKAGE = "hf_lightning.trainer"
@@ -57,18 +59,32 @@ def layer_of(module: str) -> str | None:
     return "vocabulary"
 
 
-def imported_modules(path: pathlib.Path) -> list[tuple[int, str]]:
-    """Every absolute import in ``path``: (line, module)."""
-    return [(line, module) for line, module, _ in _imports(ast.parse(path.read_text(encoding="utf-8")))]
+def imported_modules(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[tuple[int, str]]:
+    """Every import in ``path``, a relative one resolved to its absolute module: (line, module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [(line, module) for line, module, _ in _imports(tree, _package_of(path, root))]
 
 
-def _imports(tree: ast.AST) -> list[tuple[int, str, list[str]]]:
+def _package_of(path: pathlib.Path, root: pathlib.Path) -> list[str]:
+    """The dotted parts of the package a relative import in ``path`` starts from."""
+    parts = module_name(path, root).split(".")
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def _imports(tree: ast.AST, package: list[str] | None = None) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, imported names) of each import; relative ones resolved from ``package``
+    (``from .x import y`` in ``hf_lightning.adapters`` is ``hf_lightning.adapters.x``)."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, []) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module, [alias.name for alias in node.names]))
+        elif isinstance(node, ast.ImportFrom) and package is not None:
+            base = package[: len(package) - (node.level - 1)] if node.level - 1 <= len(package) else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module:
+                found.append((node.lineno, module, [alias.name for alias in node.names]))
     return found
 
 
@@ -102,7 +118,7 @@ def check_file(path: pathlib.Path, root: pathlib.Path, facade_private: set[str])
     where = path.relative_to(root)
     problems = []
     module_aliases: dict[str, str] = {}
-    for line, module, names in _imports(tree):
+    for line, module, names in _imports(tree, _package_of(path, root)):
         there = layer_of(module)
         if there is None or here is None:
             continue
@@ -147,7 +163,25 @@ def violations(root: pathlib.Path = ROOT) -> list[str]:
     return [problem for path in files for problem in check_file(path, root, facade_private)]
 
 
+def layer_graph(root: pathlib.Path = ROOT) -> dict[tuple[str, str], int]:
+    """{(importing layer, imported layer): number of imports} over the tree, relative imports resolved
+    (the picture an import-graph tool draws of the three layers and the engines)."""
+    edges: dict[tuple[str, str], int] = {}
+    files = sorted((root / "src" / "hf_lightning").rglob("*.py")) + sorted((root / "adapters").rglob("*.py"))
+    for path in files:
+        here = layer_of(module_name(path, root))
+        for _, module in imported_modules(path, root):
+            there = layer_of(module)
+            if here is not None and there is not None:
+                edges[(here, there)] = edges.get((here, there), 0) + 1
+    return edges
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--graph"]:
+        for (here, there), count in sorted(layer_graph().items()):
+            print(f"{here:>10} -> {there:<15} {count:4d} imports")
+        sys.exit(0)
     found = violations()
     print("\n".join(found) if found else "layers: ok")
     sys.exit(1 if found else 0)

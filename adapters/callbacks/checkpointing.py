@@ -35,7 +35,7 @@ _STRATEGIES = ("no", "steps", "epoch", "best")
 
 def _is_hf_module(pl_module: L.LightningModule) -> bool:
     """Whether ``pl_module`` is an ``HFModule`` or a subclass of it (one that adds metrics, say)."""
-    from hf_lightning.adapters.module import HFModule
+    from ..module import HFModule
 
     return isinstance(pl_module, HFModule)
 

@@ -27,12 +27,13 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 
-from hf_lightning.adapters.protocols import TrainerFacade
 from hf_lightning.checkpoint.jit import DEFAULT_KILL_WAIT, JITTimings, SigtermWatch, should_stop
+
+from ..protocols import TrainerFacade
 
 __all__ = ["JITCheckpoint", "jit_checkpoint_for"]
 
@@ -130,9 +131,9 @@ class JITCheckpoint(L.Callback):
         if self._save is not None:
             where = self._save(trainer, pl_module)
         else:
-            from hf_lightning.adapters.callbacks.checkpointing import save_hf_checkpoint
+            from .checkpointing import save_hf_checkpoint
 
-            where = save_hf_checkpoint(trainer, pl_module, self.output_dir)
+            where = save_hf_checkpoint(trainer, pl_module, cast(str, self.output_dir))  # given: __init__
         seconds = time.perf_counter() - started
         if where is None and self._save_time_hint is not None:  # the schedule had saved this step already
             seconds = self._save_time_hint() or seconds

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from hf_lightning.adapters.protocols import TrainerFacade
+from ..protocols import TrainerFacade
 
 __all__ = ["BRIDGED_EVENTS", "TrainLoopDriver"]
 

@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback, prefixed_logs
-from hf_lightning.adapters.loggers import LoggerSpec, logger_specs, normalize_report_to
 from hf_lightning.callbacks import TrainerCallback
+
+from ..loggers import LoggerSpec, logger_specs, normalize_report_to
+from .logging import LightningLoggersCallback, prefixed_logs
 
 __all__ = ["TensorBoardReporter", "default_run_dir", "reporting_callbacks"]
 
@@ -108,7 +109,7 @@ def reporting_callbacks(args: Any, env: Mapping[str, str] | None = None) -> list
     env = dict(os.environ) if env is None else env
     callbacks = [_callback_for(spec, env) for spec in logger_specs(args, env)]
     if "trackio" in normalize_report_to(args.report_to):
-        from hf_lightning.adapters.callbacks.trackio import TrackioReporter
+        from .trackio import TrackioReporter
 
         callbacks.append(TrackioReporter())
     if "kubeflow" in normalize_report_to(args.report_to):

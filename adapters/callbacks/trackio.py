@@ -24,8 +24,9 @@ import re
 import secrets
 from typing import Any
 
-from hf_lightning.adapters.callbacks.logging import prefixed_logs
 from hf_lightning.callbacks import TrainerCallback
+
+from .logging import prefixed_logs
 
 __all__ = ["TrackioReporter", "static_space_name"]
 

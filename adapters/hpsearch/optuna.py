@@ -28,8 +28,9 @@ from typing import Any, cast
 import optuna
 import torch
 
-from hf_lightning.adapters.protocols import TrainerFacade
 from hf_lightning.trainer_utils import BestRun
+
+from ..protocols import TrainerFacade
 
 __all__ = ["default_hp_space", "report", "run", "trial_id", "trial_params"]
 

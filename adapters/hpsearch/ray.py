@@ -34,8 +34,9 @@ from ray import tune
 from ray.tune import ResultGrid
 from ray.tune import schedulers as tune_schedulers
 
-from hf_lightning.adapters.protocols import TrainerFacade
 from hf_lightning.trainer_utils import BestRun, get_last_checkpoint
+
+from ..protocols import TrainerFacade
 
 __all__ = ["SearchResultGrid", "default_hp_space", "report", "run", "trial_id", "trial_params"]
 
