@@ -96,3 +96,16 @@ def test_the_graph_shows_the_engines_own_arrows(tmp_path):
     real = checker.layer_graph()
     assert real[("engine", "engine")] > 0
     assert all(there in checker.ALLOWED[here] for here, there in real), real
+
+
+def test_the_facade_reaches_the_engine_through_one_door():
+    """Only ``trainer/engine_door.py`` imports ``hf_lightning.adapters``: every other facade module uses its
+    ``ENGINE`` (``adapters/engine.py`` lists all the facade asks of the engine)."""
+    checker = _checker()
+    facade = pathlib.Path(checker.ROOT, "src", "hf_lightning", "trainer")
+    importing = sorted(
+        path.name
+        for path in facade.rglob("*.py")
+        if any(checker.layer_of(module) == "engine" for _, module in checker.imported_modules(path))
+    )
+    assert importing == ["engine_door.py"]

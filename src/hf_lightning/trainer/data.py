@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
-from hf_lightning.adapters.plan import data_settings
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
@@ -25,6 +24,7 @@ from hf_lightning.data.collators import (
     signature_columns,
 )
 from hf_lightning.data.dispatch import DispatchedBatches
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import has_length, seed_worker
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ def find_labels(model: Any) -> list[str]:
 
 
 def _is_batch_sampler(sampler: Any) -> bool:
-    from hf_lightning.adapters.samplers import BatchRebalanceSampler
-
-    return isinstance(sampler, (BatchRebalanceSampler, torch.utils.data.BatchSampler))
+    return isinstance(sampler, (ENGINE.BatchRebalanceSampler, torch.utils.data.BatchSampler))
 
 
 def _tensor_parallel_size(model: Any, args: Any) -> int:
@@ -83,8 +81,6 @@ class DataLoaderBuilder:
 
     def train_sampler(self, train_dataset: Any = None, lengths: list[int] | None = None) -> Any:
         """``Trainer._get_train_sampler``: the sampler (or batch sampler) of ``args.train_sampling_strategy``."""
-        from hf_lightning.adapters.samplers import build_train_sampler
-
         t = self.trainer
         dataset = t.train_dataset if train_dataset is None else train_dataset
         if dataset is None or not has_length(dataset):
@@ -98,7 +94,7 @@ class DataLoaderBuilder:
                 f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
         seed = args.data_seed if args.data_seed is not None else args.seed
-        sampler, batch_sampler = build_train_sampler(
+        sampler, batch_sampler = ENGINE.build_train_sampler(
             args.train_sampling_strategy,
             lengths if lengths is not None else len(dataset),
             batch_size=t._train_batch_size,
@@ -148,23 +144,19 @@ class DataLoaderBuilder:
 
     def eval_sampler(self, eval_dataset: Any, lengths: list[int] | None = None) -> Any:
         """``Trainer._get_eval_sampler``: sequential on one process; whole batches dealt to several ranks."""
-        from hf_lightning.adapters.evaluation import EvalEngine, EvalShardSampler
-
         if eval_dataset is None or not has_length(eval_dataset):
             return None
         t = self.trainer
         args = t.args
-        world_size, rank = EvalEngine(t.accelerator, args).world()
+        world_size, rank = ENGINE.EvalEngine(t.accelerator, args).world()
         if world_size > 1:
-            return EvalShardSampler(
+            return ENGINE.EvalShardSampler(
                 len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=args.dataloader_drop_last
             )
         if args.train_sampling_strategy == "group_by_length":
-            from hf_lightning.adapters.samplers import LengthGroupedSampler
-
             seed = args.data_seed if args.data_seed is not None else args.seed
             names = getattr(t.processing_class, "model_input_names", None)
-            return LengthGroupedSampler(
+            return ENGINE.LengthGroupedSampler(
                 args.eval_batch_size,
                 dataset=eval_dataset,
                 lengths=lengths,
@@ -230,7 +222,7 @@ class DataLoaderBuilder:
 
     def _loader_params(self, batch_size: int, collator: Any) -> dict[str, Any]:
         """Batch size and collator, plus the worker and pinning options the plan translates once."""
-        settings = data_settings(self.trainer.args, cuda_available=torch.cuda.is_available())
+        settings = ENGINE.data_settings(self.trainer.args, cuda_available=torch.cuda.is_available())
         return {"batch_size": batch_size, "collate_fn": collator, **settings.loader_kwargs()}
 
     def _without_unused_columns(self, dataset: Any, description: str) -> tuple[Any, Any]:

@@ -40,6 +40,7 @@ from hf_lightning.eval_utils import (
     nested_detach,
     prefix_metric_keys,
 )
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
 
 if TYPE_CHECKING:
@@ -96,11 +97,9 @@ class EvaluationLoop:
         metric_key_prefix: str = "eval",
     ) -> EvalLoopOutput:
         """Run ``prediction_step`` over ``dataloader`` and compute the metrics (with or without labels)."""
-        from hf_lightning.adapters.evaluation import EvalEngine
-
         if prediction_loss_only is None:
             prediction_loss_only = self.trainer.args.prediction_loss_only
-        engine = EvalEngine(self.trainer.accelerator, self.trainer.args)
+        engine = ENGINE.EvalEngine(self.trainer.accelerator, self.trainer.args)
         model = self._prepare_model_for_eval(engine)
         self._log_eval_header(dataloader, description)
         model.eval()
@@ -279,18 +278,16 @@ class EvaluationLoop:
         return model
 
     def _eval_collective(self, engine: Any, dataloader: Any) -> Any:
-        from hf_lightning.adapters.evaluation import EvalCollective, EvalShardSampler
-
         world_size, _ = engine.world()
         sampler = getattr(dataloader, "batch_sampler", None)
-        sampler = sampler if isinstance(sampler, EvalShardSampler) else None
+        sampler = sampler if isinstance(sampler, ENGINE.EvalShardSampler) else None
         if world_size > 1 and sampler is None:
             logger.warning(
                 "The evaluation dataloader is not sharded by hf_lightning (an IterableDataset or a "
                 "custom loader): each of the %d processes keeps the results of its own batches.",
                 world_size,
             )
-        return EvalCollective(world_size, sampler, self.trainer.args.eval_use_gather_object)
+        return ENGINE.EvalCollective(world_size, sampler, self.trainer.args.eval_use_gather_object)
 
     def _set_optimizer_mode(self, mode: str) -> None:
         """Schedule-free optimizers have ``train()`` / ``eval()``; switch them with the model."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
 from hf_lightning.optim import steps_on_metric
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import PredictionOutput, speed_metrics
 from hf_lightning.trainer_utils_memory import is_out_of_memory_error
 
@@ -95,10 +96,8 @@ class Evaluator:
         )
 
     def _add_speed_metrics(self, output: Any, prefix: str, start_time: float) -> None:
-        from hf_lightning.adapters.evaluation import EvalEngine
-
         t = self.trainer
-        world_size, _ = EvalEngine(t.accelerator, t.args).world()
+        world_size, _ = ENGINE.EvalEngine(t.accelerator, t.args).world()
         total_batch_size = t.args.eval_batch_size * world_size
         start_time += output.metrics.get(f"{prefix}_model_preparation_time", 0)
         output.metrics.update(

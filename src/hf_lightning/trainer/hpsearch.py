@@ -36,6 +36,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from hf_lightning.args.enums import ChoiceEnum, enum_value
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _backend_module(backend: Any) -> ModuleType:
             f"`hyperparameter_search(backend={name.value!r})` needs {_REQUIREMENTS[name][0]}, "
             f"which is not installed: {_install_hint(name)}"
         )
-    return importlib.import_module(f"hf_lightning.adapters.hpsearch.{name.value}")
+    return ENGINE.hpsearch_backend(name.value)
 
 
 def default_hp_space_optuna(trial: Any) -> dict[str, Any]:
@@ -330,12 +331,10 @@ class SearchRunner:
 
 def _clone_handler(handler: Any) -> Any:
     """The callback list without run objects; callbacks deep-copied where possible (their state is per run)."""
-    from hf_lightning.adapters.callbacks.logging import LightningLoggersCallback
-
     new = copy.copy(handler)
     new.callbacks = []
     for callback in handler.callbacks:
-        if isinstance(callback, LightningLoggersCallback):  # re-created by each fit
+        if isinstance(callback, ENGINE.LightningLoggersCallback):  # re-created by each fit
             continue
         try:
             new.callbacks.append(copy.deepcopy(callback))

@@ -14,6 +14,7 @@ from typing import Any
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.loss import LabelSmoother
+from hf_lightning.trainer.engine_door import ENGINE
 
 __all__ = ["build_label_smoother", "check_output_dir", "check_sharding_arguments", "check_trainer_arguments"]
 
@@ -119,9 +120,7 @@ def check_sharding_arguments(args: Any, *, given_optimizers: bool) -> None:
 
 
 def _zero_stage(args: Any) -> int:
-    from hf_lightning.adapters.deepspeed import load_deepspeed_config, zero_stage
-
-    return zero_stage(load_deepspeed_config(args.deepspeed))
+    return ENGINE.deepspeed_zero_stage(args.deepspeed)
 
 
 def build_label_smoother(args: Any, model: Any) -> LabelSmoother | None:

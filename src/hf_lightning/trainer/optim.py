@@ -15,6 +15,7 @@ from torch import nn
 
 from hf_lightning import optim as _optim
 from hf_lightning.optim import steps_on_metric
+from hf_lightning.trainer.engine_door import ENGINE
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
@@ -41,9 +42,7 @@ class OptimizerSetup:
         t = self.trainer
         if t.optimizer is None:
             target = model if model is not None else t.model
-            from hf_lightning.adapters.deepspeed_sections import section_optimizer
-
-            section = section_optimizer(
+            section = ENGINE.section_optimizer(
                 t.args, target
             )  # a DeepSpeed `optimizer` section, as DeepSpeed builds it
             t.optimizer = section or _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
@@ -56,10 +55,8 @@ class OptimizerSetup:
         configuration's ``scheduler`` section."""
         t = self.trainer
         if t.lr_scheduler is None:
-            from hf_lightning.adapters.deepspeed_sections import section_scheduler
-
             optimizer = t.optimizer if optimizer is None else optimizer
-            t.lr_scheduler = section_scheduler(t.args, optimizer, num_training_steps, t.model) or (
+            t.lr_scheduler = ENGINE.section_scheduler(t.args, optimizer, num_training_steps, t.model) or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
                     t.args.lr_scheduler_type,
                     optimizer=optimizer,

@@ -29,6 +29,7 @@ from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_a
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer.surface import check_parts
 from hf_lightning.trainer_utils import (
     TrainOutput,
@@ -196,17 +197,14 @@ class TrainLauncher:
         steps_trained: int,
     ) -> None:
         """Hand the prepared run to Lightning: the loop driver (HF events) and one ``run_fit``."""
-        from hf_lightning.adapters.callbacks.loop_driver import TrainLoopDriver
-        from hf_lightning.adapters.fit import FitRequest, run_fit
-
         t = self.trainer
-        driver = TrainLoopDriver(
+        driver = ENGINE.TrainLoopDriver(
             t,
             steps_in_epoch=steps_in_epoch,
             epochs_trained=epochs_trained,
             steps_trained_in_current_epoch=steps_trained,
         )
-        request = FitRequest(
+        request = ENGINE.FitRequest(
             trainer=t,
             driver=driver,
             dataloader=train_dataloader,
@@ -218,7 +216,7 @@ class TrainLauncher:
             skip_windows=steps_trained // max(args.gradient_accumulation_steps, 1),
         )
         try:
-            run_fit(request)
+            ENGINE.run_fit(request)
         finally:
             t.accelerator.bind(None)
 

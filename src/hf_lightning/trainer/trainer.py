@@ -52,6 +52,7 @@ from hf_lightning.trainer import surface
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
 from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
 from hf_lightning.trainer.delegation import delegate
+from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer.eval_loop import EvaluationLoop
 from hf_lightning.trainer.evaluation import Evaluator
 from hf_lightning.trainer.hpsearch import SearchRunner
@@ -117,9 +118,7 @@ class Trainer:
         configure_trainer_logging(args)  # log_level / log_level_replica, as transformers' __init__
         if args.max_steps > 0 and args.num_train_epochs > 0:
             logger.info("max_steps is given, it will override any value given in num_train_epochs")
-        from hf_lightning.adapters.argument_table import check_supported
-
-        check_supported(args)
+        ENGINE.check_supported(args)
         self.create_accelerator_and_postprocess()
         self.model_init = model_init
         if model is None:
@@ -164,9 +163,7 @@ class Trainer:
 
     def _init_callbacks(self, callbacks: list[TrainerCallback] | None) -> None:
         """``DefaultFlowCallback``, the report_to callbacks, the user's callbacks, then the progress bar."""
-        from hf_lightning.adapters.callbacks.reporting import reporting_callbacks
-
-        default_callbacks: list[Any] = [*DEFAULT_CALLBACKS, *reporting_callbacks(self.args)]
+        default_callbacks: list[Any] = [*DEFAULT_CALLBACKS, *ENGINE.reporting_callbacks(self.args)]
         self.callback_handler = CallbackHandler(
             default_callbacks + list(callbacks or []),
             self.model,
@@ -356,13 +353,7 @@ class Trainer:
     # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
         """(Re)create ``self.accelerator`` (accelerate's API on Lightning) and the engine flags (``surface.py``)."""
-        from hf_lightning.adapters.accelerator import LightningAccelerator
-        from hf_lightning.adapters.accelerator_state import accelerator_settings
-
-        cuda = torch.cuda.is_available()
-        self.accelerator = LightningAccelerator(
-            accelerator_settings(self.args, os.environ, cuda_available=cuda)
-        )
+        self.accelerator = ENGINE.accelerator(self.args, os.environ, cuda_available=torch.cuda.is_available())
         surface.init_engine_attributes(self)
 
     def get_tp_size(self) -> int:

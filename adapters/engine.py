@@ -1,0 +1,142 @@
+"""The engine's one door: everything the facade (``hf_lightning.trainer``) asks of Lightning, Optuna and Ray.
+
+The facade holds one :class:`Engine` (``hf_lightning.trainer.engine_door.ENGINE``) and reaches the engine
+only through it, so the line between the two layers is this class: read it to see what the Trainer asks
+of the engine. Each member imports its module when first used, so ``import hf_lightning`` loads no engine
+and a search backend that is not installed fails only when it is asked for.
+
+The members are the engine's own entry points (functions and classes, unchanged); the hooks the engine
+calls back on the Trainer are typed in ``protocols.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # aliased: the members below carry the same names
+    from . import accelerator as _accelerator
+    from . import evaluation as _evaluation
+    from . import fit as _fit
+    from . import samplers as _samplers
+    from .callbacks import logging as _logging
+    from .callbacks import loop_driver as _loop_driver
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """The engine entry points the facade uses, grouped by the Trainer feature that needs them."""
+
+    # --- construction: arguments, the accelerator, the report_to callbacks ---------------------------
+    def check_supported(self, args: Any) -> None:
+        """Refuse, naming the argument, what the engine cannot honour (``argument_table.py``)."""
+        from .argument_table import check_supported
+
+        check_supported(args)
+
+    def accelerator(self, args: Any, environ: Any, cuda_available: bool) -> _accelerator.LightningAccelerator:
+        """``trainer.accelerator``: accelerate's API on Lightning's strategy (``accelerator.py``)."""
+        from .accelerator import LightningAccelerator
+        from .accelerator_state import accelerator_settings
+
+        return LightningAccelerator(accelerator_settings(args, environ, cuda_available=cuda_available))
+
+    def reporting_callbacks(self, args: Any) -> list[Any]:
+        """The ``report_to`` callbacks (``callbacks/reporting.py``)."""
+        from .callbacks.reporting import reporting_callbacks
+
+        return reporting_callbacks(args)
+
+    @property
+    def LightningLoggersCallback(self) -> type[_logging.LightningLoggersCallback]:  # noqa: N802 - a class
+        from .callbacks.logging import LightningLoggersCallback
+
+        return LightningLoggersCallback
+
+    # --- training ------------------------------------------------------------------------------
+    @property
+    def TrainLoopDriver(self) -> type[_loop_driver.TrainLoopDriver]:  # noqa: N802 - a class
+        from .callbacks.loop_driver import TrainLoopDriver
+
+        return TrainLoopDriver
+
+    @property
+    def FitRequest(self) -> type[_fit.FitRequest]:  # noqa: N802 - a class
+        from .fit import FitRequest
+
+        return FitRequest
+
+    def run_fit(self, request: _fit.FitRequest) -> Any:
+        """One Lightning fit of the prepared run (``fit.py``)."""
+        from .fit import run_fit
+
+        return run_fit(request)
+
+    def section_optimizer(self, args: Any, model: Any) -> Any:
+        """The optimizer of a DeepSpeed configuration's ``optimizer`` section, or None."""
+        from .deepspeed_sections import section_optimizer
+
+        return section_optimizer(args, model)
+
+    def section_scheduler(self, args: Any, optimizer: Any, num_training_steps: int, model: Any) -> Any:
+        """The scheduler of a DeepSpeed configuration's ``scheduler`` section, or None."""
+        from .deepspeed_sections import section_scheduler
+
+        return section_scheduler(args, optimizer, num_training_steps, model)
+
+    def deepspeed_zero_stage(self, config: Any) -> int:
+        """The ZeRO stage of ``args.deepspeed`` (a path or a dict)."""
+        from .deepspeed import load_deepspeed_config, zero_stage
+
+        return zero_stage(load_deepspeed_config(config))
+
+    # --- data ------------------------------------------------------------------------------------
+    def data_settings(self, args: Any, *, cuda_available: bool) -> Any:
+        """The data group of the plan (``plan_groups.py``)."""
+        from .plan import data_settings
+
+        return data_settings(args, cuda_available=cuda_available)
+
+    def build_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+        """The training sampler of ``train_sampling_strategy`` (``samplers.py``)."""
+        from .samplers import build_train_sampler
+
+        return build_train_sampler(*args, **kwargs)
+
+    @property
+    def BatchRebalanceSampler(self) -> type[_samplers.BatchRebalanceSampler]:  # noqa: N802 - a class
+        from .samplers import BatchRebalanceSampler
+
+        return BatchRebalanceSampler
+
+    @property
+    def LengthGroupedSampler(self) -> type[_samplers.LengthGroupedSampler]:  # noqa: N802 - a class
+        from .samplers import LengthGroupedSampler
+
+        return LengthGroupedSampler
+
+    # --- evaluation ------------------------------------------------------------------------------
+    @property
+    def EvalEngine(self) -> type[_evaluation.EvalEngine]:  # noqa: N802 - a class
+        from .evaluation import EvalEngine
+
+        return EvalEngine
+
+    @property
+    def EvalShardSampler(self) -> type[_evaluation.EvalShardSampler]:  # noqa: N802 - a class
+        from .evaluation import EvalShardSampler
+
+        return EvalShardSampler
+
+    @property
+    def EvalCollective(self) -> type[_evaluation.EvalCollective]:  # noqa: N802 - a class
+        from .evaluation import EvalCollective
+
+        return EvalCollective
+
+    # --- hyperparameter search -----------------------------------------------------------------
+    def hpsearch_backend(self, name: str) -> ModuleType:
+        """``hpsearch/optuna.py`` or ``hpsearch/ray.py`` (imported now: the backend's package with it)."""
+        return importlib.import_module(f"{__package__}.hpsearch.{name}")
