@@ -7,9 +7,10 @@ one of its own, ``address``: the Ray cluster to join when this process has not s
 
 How the trainer reaches the workers (docs/divergences.md): transformers pickles the trainer itself,
 which fails with "cannot pickle weakref" once it has trained (its optimizer, scheduler and accelerator
-hold weak references). Here the object store receives a copy holding none of a run's state
-(``trainer.search.clone(picklable=True)``: no model, optimizer, scheduler or Lightning objects), with absolute output
-paths so that trial ``t`` writes ``output_dir/run-{t}/`` wherever Ray runs it. Each worker builds the
+hold weak references). Here the object store receives a fresh trainer of the same class, built from the
+trainer's recorded constructor inputs (``trainer.search.clone(picklable=True, args=...)``: no model,
+optimizer, scheduler or Lightning objects), with absolute output paths so that trial ``t`` writes
+``output_dir/run-{t}/`` wherever Ray runs it. Each worker builds the
 model with ``model_init``. An attribute that still cannot be pickled (a lock in a dataset, a callback
 holding a file) is named in the error.
 
