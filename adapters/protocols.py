@@ -82,8 +82,8 @@ class SearchPart(Protocol):
     def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; (objective, final metrics or None)."""
 
-    def clone(self, picklable: bool = False) -> TrainerFacade:
-        """A trainer for one more trial, holding none of a run's state."""
+    def clone(self, picklable: bool = False, args: Any = None) -> TrainerFacade:
+        """A fresh trainer for one more trial, built as this one was (with ``args`` when given)."""
 
     def save_tune_checkpoint(self, checkpoint_dir: str) -> str:
         """Write ``checkpoint_dir/checkpoint-{global_step}``; returns the folder."""

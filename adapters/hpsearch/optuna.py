@@ -4,7 +4,8 @@
 ``optuna.create_study`` takes (``sampler``, ``pruner``, ``storage``, ``study_name``,
 ``load_if_exists``) and optimizes it with those of ``Study.optimize`` (``timeout``, ``n_jobs``,
 ``gc_after_trial``, ``catch``, ``callbacks``, ``show_progress_bar``). Each trial trains the trainer
-(a copy of it per thread when ``n_jobs != 1``) and returns the objective.
+(with ``n_jobs != 1``, a fresh trainer per trial, built from the trainer's constructor inputs) and
+returns the objective.
 
 Single objective: the objective is reported to the trial after every evaluation during training, and a
 trial the pruner stops raises ``optuna.TrialPruned`` out of the training loop. Several ``direction``

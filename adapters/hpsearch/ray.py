@@ -7,9 +7,10 @@ one of its own, ``address``: the Ray cluster to join when this process has not s
 
 How the trainer reaches the workers (docs/divergences.md): transformers pickles the trainer itself,
 which fails with "cannot pickle weakref" once it has trained (its optimizer, scheduler and accelerator
-hold weak references). Here the object store receives a copy holding none of a run's state
-(``trainer.search.clone(picklable=True)``: no model, optimizer, scheduler or Lightning objects), with absolute output
-paths so that trial ``t`` writes ``output_dir/run-{t}/`` wherever Ray runs it. Each worker builds the
+hold weak references). Here the object store receives a fresh trainer of the same class, built from the
+trainer's recorded constructor inputs (``trainer.search.clone(picklable=True, args=...)``: no model,
+optimizer, scheduler or Lightning objects), with absolute output paths so that trial ``t`` writes
+``output_dir/run-{t}/`` wherever Ray runs it. Each worker builds the
 model with ``model_init``. An attribute that still cannot be pickled (a lock in a dataset, a callback
 holding a file) is named in the error.
 
@@ -35,6 +36,7 @@ from ray.tune import ResultGrid
 from ray.tune import schedulers as tune_schedulers
 
 from hf_lightning.trainer_utils import BestRun, get_last_checkpoint
+from hf_lightning.utils.constructor_inputs import ConstructorInputs
 
 from ..protocols import TrainerFacade
 
@@ -170,9 +172,8 @@ def _init_ray(address: str | None) -> None:
 
 def _worker_copy(trainer: TrainerFacade) -> TrainerFacade:
     """The trainer as it travels to the workers: no run state, absolute paths, checked to pickle."""
-    clone = trainer.search.clone(picklable=True)  # no memory tracker: each worker makes its own
     base = trainer.search.base_args if trainer.search.base_args is not None else trainer.args
-    clone.args = clone.search.base_args = _absolute_paths(base)
+    clone = trainer.search.clone(picklable=True, args=_absolute_paths(base))  # each worker makes its tracker
     try:
         ray.cloudpickle.dumps(clone)
     except Exception as error:  # noqa: BLE001 - any pickling failure: find which attribute causes it
@@ -181,6 +182,8 @@ def _worker_copy(trainer: TrainerFacade) -> TrainerFacade:
 
 
 def _absolute_paths(args: Any) -> Any:
+    """A shallow copy of ``args`` with absolute output paths (the trainer's own arguments keep theirs; a
+    copy, not ``dataclasses.replace``, which would run ``__post_init__`` again)."""
     new = copy.copy(args)
     for name in ("output_dir", "logging_dir"):
         value = getattr(args, name, None)
@@ -191,24 +194,43 @@ def _absolute_paths(args: Any) -> Any:
 
 def _unpicklable_report(trainer: Any, error: Exception) -> str:
     problems = []
-    for name, value in vars(trainer).items():
-        if name == "callback_handler":
-            items = [(f"callback {type(cb).__name__}", cb) for cb in value.callbacks]
-        elif getattr(value, "trainer", None) is trainer:  # a part of the trainer: its own state
-            items = [(f"Trainer.{name}.{key}", item) for key, item in vars(value).items() if key != "trainer"]
-        else:
-            items = [(f"Trainer.{name}", value)]
-        for label, item in items:
-            try:
-                ray.cloudpickle.dumps(item)
-            except Exception as item_error:  # noqa: BLE001
-                problems.append(f"  {label} ({type(item).__name__}): {item_error}")
+    for label, item in [*_attribute_items(trainer), *_constructor_arguments(trainer)]:
+        try:
+            ray.cloudpickle.dumps(item)
+        except Exception as item_error:  # noqa: BLE001
+            problems.append(f"  {label} ({type(item).__name__}): {item_error}")
     found = "\n".join(problems) or f"  (no single attribute; the trainer as a whole fails: {error})"
     return (
         "`hyperparameter_search(backend='ray')` sends the trainer to Ray workers by pickling it, and these "
         f"parts cannot be pickled:\n{found}\nBuild such objects inside `model_init` or module-level functions, "
         "make them picklable, or use backend='optuna' (trials in this process)."
     )
+
+
+def _attribute_items(trainer: Any) -> list[tuple[str, Any]]:
+    """``(label, value)`` for each attribute of the trainer, its callbacks and its parts' state one by one."""
+    items: list[tuple[str, Any]] = []
+    for name, value in vars(trainer).items():
+        if isinstance(value, ConstructorInputs):  # listed last, by _constructor_arguments
+            continue
+        if name == "callback_handler":
+            items += [(f"callback {type(cb).__name__}", cb) for cb in value.callbacks]
+        elif getattr(value, "trainer", None) is trainer:  # a part of the trainer: its own state
+            items += [
+                (f"Trainer.{name}.{key}", item) for key, item in vars(value).items() if key != "trainer"
+            ]
+        else:
+            items.append((f"Trainer.{name}", value))
+    return items
+
+
+def _constructor_arguments(trainer: Any) -> list[tuple[str, Any]]:
+    """The recorded constructor call the trainer carries (``utils/constructor_inputs.py``), as
+    ``("MyTrainer(extra=...)", value)``; after the attributes, so what both hold is named as the attribute."""
+    inputs = next((v for v in vars(trainer).values() if isinstance(v, ConstructorInputs)), None)
+    if inputs is None:
+        return []
+    return [(f"{inputs.cls.__name__}({name}=...)", value) for name, value in inputs.arguments.items()]
 
 
 def _trainable(config: dict[str, Any], trainer: TrainerFacade) -> None:

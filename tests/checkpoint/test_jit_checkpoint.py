@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,6 +130,34 @@ def test_step_already_saved_by_the_schedule_is_not_written_twice(tmp_path, caplo
         trainer.train()
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4"]
     assert "just written by the save schedule" in caplog.text
+
+
+class SaveAt(TrainerCallback):
+    """Asks for a save at the end of optimizer step ``step`` while ``active``."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.active = step, True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.active and state.global_step == self.step:
+            control.should_save = True
+
+
+def test_step_saved_by_an_earlier_train_is_written_again(tmp_path, caplog):
+    """ "Already written" means by this run: a later train() of the same trainer stopped at the step an
+    earlier one saved writes its JIT checkpoint."""
+    save = SaveAt(4)
+    trainer = make_trainer(str(tmp_path), callbacks=[save, SigtermAt(4)])
+    with caplog.at_level("INFO"):
+        trainer.train()
+    assert os.listdir(tmp_path) == ["checkpoint-4"] and "just written by the save schedule" in caplog.text
+    shutil.rmtree(tmp_path / "checkpoint-4")
+    save.active = False
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        trainer.train()  # from step 0 again: SIGTERM during step 4, no scheduled save there
+    assert trainer.state.global_step == 4 and os.listdir(tmp_path) == ["checkpoint-4"]
+    assert is_checkpoint_complete(tmp_path / "checkpoint-4") and "just written" not in caplog.text
 
 
 def test_log_reports_step_save_and_grace_period(tmp_path, caplog):

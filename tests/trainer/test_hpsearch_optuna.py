@@ -379,3 +379,40 @@ def test_train_with_a_trial_outside_a_search_changes_nothing(tmp_path):
     trainer.train(trial={"learning_rate": 0.3})
     assert trainer.args.learning_rate == 0.1
     assert trainer.state.is_hyper_param_search and trainer.state.trial_params == {"learning_rate": 0.3}
+
+
+class ScaledLossTrainer(Trainer):
+    """A subclass with a constructor argument of its own, before transformers' ones; records each loss it
+    computes as (trainer, loss_scale, learning_rate)."""
+
+    seen: list = []
+
+    def __init__(self, loss_scale, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss_scale = loss_scale
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        ScaledLossTrainer.seen.append((self, self.loss_scale, self.args.learning_rate))
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return (loss[0] * self.loss_scale, loss[1]) if return_outputs else loss * self.loss_scale
+
+
+@pytest.mark.parametrize("positional", [False, True], ids=["keywords", "args-positional"])
+def test_parallel_trials_rebuild_a_subclass_from_its_constructor_inputs(tmp_path, positional):
+    """n_jobs=2 trains each trial on a fresh trainer of the subclass, built from what the subclass's own
+    __init__ received (loss_scale included), holding the trial's learning rate; the original is untouched."""
+    args = TrainingArguments(**{**HP_SEARCH_ARGS, "output_dir": str(tmp_path / "out")})
+    data = {"train_dataset": regression_data(32), "eval_dataset": regression_data(16, seed=1)}
+    init = lambda: RegressionModel()  # noqa: E731
+    if positional:  # model=None and args through the subclass's *args
+        trainer = ScaledLossTrainer(3.0, None, args, model_init=init, **data)
+    else:
+        trainer = ScaledLossTrainer(loss_scale=3.0, args=args, model_init=init, **data)
+    model, ScaledLossTrainer.seen = trainer.model, []
+    best = trainer.hyperparameter_search(hp_space=lr_space, n_trials=2, backend="optuna", n_jobs=2)
+    used = {id(t): (type(t), scale, lr) for t, scale, lr in ScaledLossTrainer.seen}
+    trial_lrs = sorted(t.params["learning_rate"] for t in best.run_summary.trials)
+    assert len(used) == 2 and id(trainer) not in used
+    assert sorted(lr for _, _, lr in used.values()) == pytest.approx(trial_lrs)
+    assert {(cls, scale) for cls, scale, _ in used.values()} == {(ScaledLossTrainer, 3.0)}
+    assert trainer.model is model and trainer.args is args and trainer.state.global_step == 0

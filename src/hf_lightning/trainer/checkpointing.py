@@ -61,7 +61,6 @@ from hf_lightning.checkpoint.store import (
 from hf_lightning.optim import steps_on_metric
 
 if TYPE_CHECKING:
-    from hf_lightning.callbacks import TrainerState
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["CheckpointPolicy", "fast_forward_scheduler"]
@@ -94,11 +93,11 @@ class CheckpointPolicy:
         """The folder being resumed from, until the end of that ``train()``."""
         self.rng_pending: str | None = None
         """"epoch" or "step": where the checkpoint's RNG state is still to be restored."""
-        self.resume_for_state: TrainerState | None = None
-        """The state object of the run being resumed (a later ``train()`` has another one)."""
+        self.resume_for_run: int | None = None
+        """The number (``trainer.run.number``) of the run that resumes; a later ``train()`` has another."""
         self.pending_scaler_state: dict[str, Any] | None = None
-        self.last_checkpoint: tuple[TrainerState, int] | None = None
-        """(state object, step) of the last checkpoint written."""
+        self.last_checkpoint: tuple[int, int] | None = None
+        """(run number, step) of the last checkpoint written."""
         self.last_save_seconds: float | None = None
         self.content_checked: str | None = None
         """The folder ``resume_from_checkpoint=True`` just found intact, its files hashed once."""
@@ -187,7 +186,7 @@ class CheckpointPolicy:
             save_total_limit=args.save_total_limit,
             is_saver=is_saver and saver is None,  # a background save rotates once it is published
         )
-        self.last_checkpoint = (state, step)  # this run's state object: a later train() has another
+        self.last_checkpoint = (t.run.number, step)
         if saver is None:
             self.after_save(folder, time.perf_counter() - started, is_saver)
 
@@ -219,11 +218,7 @@ class CheckpointPolicy:
         t.control.should_training_stop = True
         step = t.state.global_step
         folder = checkpoint_path(t._get_output_dir(trial), step)
-        if (
-            self.last_checkpoint is not None
-            and self.last_checkpoint[0] is t.state
-            and self.last_checkpoint[1] == step
-        ):
+        if self.last_checkpoint == (t.run.number, step):  # this run wrote this step already
             logger.info(
                 "JIT checkpoint: %s was just written by the save schedule; not writing it again.", folder
             )
@@ -322,7 +317,7 @@ class CheckpointPolicy:
             fast_forward_scheduler(t.lr_scheduler, step)
         scaler = os.path.join(checkpoint, SCALER_NAME)
         self.pending_scaler_state = safe_torch_load(scaler) if os.path.isfile(scaler) else None
-        self.resume_for_state = t.state  # the RNG and scaler wait for this run's first epoch and step
+        self.resume_for_run = t.run.number  # the RNG and scaler wait for this run's first epoch and step
 
     def load_rng_state(self, checkpoint: str | None) -> None:
         """``Trainer._load_rng_state``: this process's python, numpy and torch generators from ``checkpoint``."""
@@ -344,7 +339,7 @@ class CheckpointPolicy:
         """
         t = self.trainer
         pending, checkpoint = self.rng_pending, self.resume_checkpoint
-        if checkpoint is None or pending is None or self.resume_for_state is not t.state:
+        if checkpoint is None or pending is None or self.resume_for_run != t.run.number:
             return
         scaler = self.grad_scaler()
         if self.pending_scaler_state is not None and scaler is not None:
@@ -370,7 +365,7 @@ class CheckpointPolicy:
         t = self.trainer
         self.wait_for_saves()  # every checkpoint of the run is published (a background save's error raised)
         self.resume_checkpoint = self.rng_pending = None
-        self.resume_for_state, self.best_damaged = None, False
+        self.resume_for_run, self.best_damaged = None, False
         best = t.state.best_model_checkpoint
         if t.args.load_best_model_at_end and best is not None:
             t._load_best_model()

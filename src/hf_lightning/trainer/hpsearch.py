@@ -26,14 +26,19 @@ before the model is built, and the original arguments are back in place when the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib
 import importlib.util
 import logging
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
 
 from hf_lightning.args.enums import ChoiceEnum, enum_value
 from hf_lightning.trainer.engine_door import ENGINE
@@ -302,44 +307,65 @@ class SearchRunner:
             processing_class=t.processing_class,
         )
 
-    # --- copies for parallel trials --------------------------------------------------------
-    def clone(self, picklable: bool = False) -> Trainer:
-        """A trainer for one more trial: the same arguments, data and functions, but none of a run's state
-        (model, optimizer, Lightning objects, the parts' bookkeeping), so it can train in a thread or, with
-        ``picklable`` (no memory tracker: it holds thread primitives), be pickled to a Ray worker."""
-        from hf_lightning.callbacks import TrainerControl, TrainerState
-
+    # --- fresh trainers for parallel trials -------------------------------------------------
+    def clone(self, picklable: bool = False, args: Any = None) -> Trainer:
+        """A fresh trainer for one more trial, built as this one was: ``type(trainer)(...)`` from its recorded
+        constructor inputs (``utils/constructor_inputs.py``), with ``args`` (default: the search's base
+        arguments) in place of its arguments. It shares the data and functions and holds none of a run's state; it takes
+        copies of this trainer's current callbacks (their state is per run). Its model is dropped:
+        ``train(trial)`` builds each trial's with ``model_init``. With ``picklable`` (no memory tracker: it
+        holds thread primitives) it can be pickled to a Ray worker; ``run_trial`` makes a tracker there."""
         t = self.trainer
-        clone = copy.copy(t)
-        clone.model = clone.model_wrapped = None  # type: ignore[assignment]  # model_init builds each trial's
-        clone.optimizer = clone.lr_scheduler = None
-        clone.accelerator = type(t.accelerator)()
+        base = args if args is not None else self.base_args if self.base_args is not None else t.args
         if not t.args.skip_memory_metrics:
             logger.warning(
                 "Memory metrics are not measured in parallel or remote trials "
                 "(`TrainingArguments(skip_memory_metrics=False)` applies to sequential trials only)."
             )
-        # a tracker holds thread primitives: a copy for a Ray worker has none, run_trial makes one there
-        clone._memory_tracker = None if picklable else TrainerMemoryTracker(True)  # type: ignore[assignment]
-        clone.callback_handler = _clone_handler(t.callback_handler)
-        clone.control, clone.state = TrainerControl(), TrainerState()
-        clone.is_in_train = False
-        clone._build_parts()
-        clone.search.base_args = self.base_args
-        return clone
+        fresh = _construct_again(t, base)
+        fresh.model = fresh.model_wrapped = fresh.callback_handler.model = None  # type: ignore[assignment]
+        fresh.callback_handler.callbacks = _trial_callbacks(t.callback_handler.callbacks)
+        fresh._memory_tracker = None if picklable else TrainerMemoryTracker(True)  # type: ignore[assignment]
+        fresh.hp_search_backend, fresh.hp_space = t.hp_search_backend, t.hp_space
+        fresh.hp_name, fresh.compute_objective = t.hp_name, t.compute_objective
+        fresh.args = fresh.search.base_args = base
+        return fresh
 
 
-def _clone_handler(handler: Any) -> Any:
-    """The callback list without run objects; callbacks deep-copied where possible (their state is per run)."""
-    new = copy.copy(handler)
-    new.callbacks = []
-    for callback in handler.callbacks:
-        if isinstance(callback, ENGINE.LightningLoggersCallback):  # re-created by each fit
+def _construct_again(trainer: Trainer, args: Any) -> Trainer:
+    """``type(trainer)(**its constructor inputs, args=args)``, the user's callbacks given as copies (so their
+    ``on_init_end`` runs on the copies); the global random generators are left as they were (the
+    constructor seeds them, and a Ray search still draws its trials from them)."""
+    inputs = trainer._constructor_inputs
+    replace: dict[str, Any] = {"args": args} if inputs.accepts("args") else {}
+    given = inputs.arguments.get("callbacks")
+    if given and inputs.accepts("callbacks"):
+        replace["callbacks"] = _trial_callbacks(given)
+    with _global_generators_kept():
+        return inputs.build(**replace)
+
+
+@contextlib.contextmanager
+def _global_generators_kept() -> Iterator[None]:
+    python, numpy = random.getstate(), np.random.get_state()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            yield
+        finally:
+            random.setstate(python)
+            np.random.set_state(numpy)
+
+
+def _trial_callbacks(callbacks: list[Any]) -> list[Any]:
+    """Copies of ``callbacks`` for a trial's trainer (deep where possible: their state is per run), without
+    the engine's logger callbacks (re-created by each fit)."""
+    copies = []
+    for callback in callbacks:
+        if isinstance(callback, ENGINE.LightningLoggersCallback):
             continue
         try:
-            new.callbacks.append(copy.deepcopy(callback))
+            copies.append(copy.deepcopy(callback))
         except Exception:  # noqa: BLE001 - e.g. a callback holding a lock: share it, as a single trainer would
-            new.callbacks.append(callback)
-    new.model = new.optimizer = new.lr_scheduler = None
-    new.train_dataloader = new.eval_dataloader = None
-    return new
+            copies.append(callback)
+    return copies

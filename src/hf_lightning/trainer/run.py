@@ -74,8 +74,17 @@ class TrainingRun:
         """``num_items_in_batch`` of the current step (set by the loop driver; None: the loss counts none)."""
         self.steps_without_targets: list[int] = []
         """The steps of this run whose labels were all ignored (-100)."""
+        self.number = 0
+        """Which training loop of this Trainer is the current one (0: none yet). Each loop (each ``train()``,
+        each batch size ``auto_find_batch_size`` tries) counts one as it makes its ``TrainerState``; the
+        parts tell "this run" from an earlier one by it (``checkpoints.last_checkpoint``)."""
 
     # --- the run's life ------------------------------------------------------------------------
+    def open(self) -> int:
+        """A training loop starts (its fresh ``TrainerState`` is made): the next run number."""
+        self.number += 1
+        return self.number
+
     def begin(self, trial: Any, ignore_keys_for_eval: list[str] | None) -> None:
         """Reset the counters for a training loop starting at ``state.global_step``."""
         state = self.trainer.state

@@ -230,6 +230,7 @@ class TrainLauncher:
     ) -> tuple[int, int]:
         """A fresh ``TrainerState`` (or the checkpoint's); returns (epochs_trained, micro-batches to skip)."""
         t = self.trainer
+        t.run.open()  # a new run number: the parts tell this run from an earlier one by it
         t.state = TrainerState(
             stateful_callbacks=[
                 cb for cb in t.callback_handler.callbacks + [t.control] if isinstance(cb, ExportableState)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,6 +63,7 @@ from hf_lightning.trainer.run import TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
+from hf_lightning.utils import constructor_inputs as _inputs
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
 
 __all__ = ["Trainer"]
@@ -87,10 +88,18 @@ class Trainer:
     loss_is_scaled_for_ga: bool | None = None
     """Whether ``compute_loss`` already scales for gradient accumulation (None: decided from the model);
     a class attribute, as in transformers, so a subclass (TRL's) sets it in its body."""
+    _constructor_inputs: _inputs.ConstructorInputs
+    """The outermost constructor call (``utils/constructor_inputs.py``); a search trial builds anew from it."""
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``__init__`` records its call too (a search trial rebuilds the subclass from it)."""
+        super().__init_subclass__(**kwargs)
+        _inputs.record_subclass_inputs(cls)
+
+    @_inputs.records_inputs  # sets self._constructor_inputs
     def __init__(
         self,
         model: nn.Module | None = None,
@@ -209,16 +218,7 @@ class Trainer:
     # --- model_init and callbacks ----------------------------------------------------------
     def call_model_init(self, trial: Any = None) -> nn.Module:
         """Build a fresh model with ``model_init`` (passing ``trial`` when it takes one argument)."""
-        from hf_lightning.trainer_utils import number_of_arguments
-
-        n_args = number_of_arguments(self.model_init)
-        init = cast(Callable[..., nn.Module], self.model_init)  # None fails in number_of_arguments
-        if n_args not in (0, 1):
-            raise RuntimeError("model_init should have 0 or 1 argument.")
-        model = init() if n_args == 0 else init(trial)
-        if model is None:
-            raise RuntimeError("model_init should not return None.")
-        return model
+        return _inputs.call_model_init(self.model_init, trial)
 
     add_callback = delegate("callback_handler", CallbackHandler.add_callback)
     pop_callback = delegate("callback_handler", CallbackHandler.pop_callback)
