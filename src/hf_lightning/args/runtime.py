@@ -50,6 +50,7 @@ __all__ = [
     "place_model_on_device",
     "process_index",
     "resolve_steps",
+    "sampler_seed",
     "should_log",
     "should_save",
     "train_batch_size",
@@ -75,6 +76,11 @@ def resolve_steps(value: float, max_steps: int) -> int:
     if value < 1:
         return math.ceil(max_steps * value)
     return int(value)
+
+
+def sampler_seed(seed: int, data_seed: int | None) -> int:
+    """The seed of the data samplers' generator: ``data_seed``, else ``seed`` (every sampler, both paths)."""
+    return seed if data_seed is None else data_seed
 
 
 def _torch():

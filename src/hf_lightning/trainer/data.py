@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from hf_lightning.adapters.plan import data_settings
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
+from hf_lightning.args.runtime import sampler_seed
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
     compute_lengths,
@@ -97,7 +98,7 @@ class DataLoaderBuilder:
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
                 f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
-        seed = args.data_seed if args.data_seed is not None else args.seed
+        seed = sampler_seed(args.seed, args.data_seed)
         sampler, batch_sampler = build_train_sampler(
             args.train_sampling_strategy,
             lengths if lengths is not None else len(dataset),
@@ -162,7 +163,7 @@ class DataLoaderBuilder:
         if args.train_sampling_strategy == "group_by_length":
             from hf_lightning.adapters.samplers import LengthGroupedSampler
 
-            seed = args.data_seed if args.data_seed is not None else args.seed
+            seed = sampler_seed(args.seed, args.data_seed)
             names = getattr(t.processing_class, "model_input_names", None)
             return LengthGroupedSampler(
                 args.eval_batch_size,
@@ -282,7 +283,7 @@ class DataLoaderBuilder:
                 args.train_sampling_strategy,
             )
         if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
-            seed = args.data_seed if args.data_seed is not None else args.seed
+            seed = sampler_seed(args.seed, args.data_seed)
             return DispatchedBatches(
                 DataLoader(dataset, **params),
                 args.world_size,
