@@ -1,0 +1,51 @@
+"""Rules both paths share: ``hf_lightning.Trainer`` and a plain ``lightning.Trainer`` running ``HFModule``
+(and its callbacks) ask the same engine-free function, so they give the same answer."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from hf_lightning import Trainer, TrainingArguments
+from hf_lightning.adapters import HFModule
+from hf_lightning.optim import current_learning_rate, get_scheduler
+
+# --- the learning rate a step logs ------------------------------------------------------------------
+
+
+def _optimizer_and_scheduler(kind: str) -> tuple[torch.optim.Optimizer, object]:
+    """An SGD optimizer at 1.0 and a scheduler of ``kind``; the group's rate is then moved to 0.5."""
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = {
+        "none": lambda: None,
+        "linear": lambda: get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=10),
+        "plateau": lambda: get_scheduler("reduce_lr_on_plateau", optimizer),
+        "no_last_lr": lambda: SimpleNamespace(step=lambda: None),
+    }[kind]()
+    optimizer.param_groups[0]["lr"] = 0.5  # apart from the linear schedule's last rate (0.0 at step 0)
+    return optimizer, scheduler
+
+
+RATES = [("none", 0.5), ("linear", 0.0), ("plateau", 0.5), ("no_last_lr", 0.5)]
+
+
+@pytest.mark.parametrize(("kind", "expected"), RATES)
+def test_current_learning_rate_is_the_schedules_else_the_first_groups(kind, expected) -> None:
+    """The scheduler's last rate; the first group's with no scheduler, a metric-driven one or no last rate."""
+    assert current_learning_rate(*_optimizer_and_scheduler(kind)) == expected
+
+
+@pytest.mark.parametrize(("kind", "expected"), RATES)
+def test_trainer_and_hf_module_log_the_same_learning_rate(tmp_path, kind, expected) -> None:
+    """``Trainer._get_learning_rate`` and ``HFModule.current_learning_rate`` agree on the same pair."""
+    model = nn.Linear(2, 2)
+    optimizer, scheduler = _optimizer_and_scheduler(kind)
+    args = TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    trainer = Trainer(model, args, optimizers=(optimizer, scheduler))
+    module = HFModule(model, args)
+    module.optimizers = lambda: SimpleNamespace(optimizer=optimizer)  # as Lightning wraps it
+    module.hf_lr_scheduler = scheduler
+    assert trainer._get_learning_rate() == module.current_learning_rate() == expected
