@@ -49,3 +49,43 @@ def test_trainer_and_hf_module_log_the_same_learning_rate(tmp_path, kind, expect
     module.optimizers = lambda: SimpleNamespace(optimizer=optimizer)  # as Lightning wraps it
     module.hf_lr_scheduler = scheduler
     assert trainer._get_learning_rate() == module.current_learning_rate() == expected
+
+
+# --- the scheduler a run creates --------------------------------------------------------------------
+
+SCHEDULES = [
+    {"lr_scheduler_type": "linear", "warmup_steps": 0.25},
+    {"lr_scheduler_type": "cosine", "warmup_steps": 2},
+    {
+        "lr_scheduler_type": "warmup_stable_decay",
+        "warmup_steps": 0.2,
+        "lr_scheduler_kwargs": {"num_decay_steps": 3},
+    },
+]
+
+
+def _rates(scheduler: object, steps: int) -> list[float]:
+    rates = []
+    for _ in range(steps):
+        rates.append(scheduler.get_last_lr()[0])
+        scheduler.step()
+    return rates
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s["lr_scheduler_type"])
+def test_trainer_and_hf_module_create_the_same_schedule(tmp_path, schedule) -> None:
+    """``Trainer.create_scheduler`` and ``HFModule.configure_optimizers`` give the same rates over a run."""
+    steps = 10
+    args = TrainingArguments(str(tmp_path), use_cpu=True, report_to="none", learning_rate=1.0, **schedule)
+    trainer_optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    trainer = Trainer(nn.Linear(2, 2), args, optimizers=(trainer_optimizer, None))
+    by_trainer = trainer.create_scheduler(steps, optimizer=trainer_optimizer)
+    module = HFModule(
+        nn.Linear(2, 2), args, optimizers=(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0), None)
+    )
+    module._trainer = SimpleNamespace(estimated_stepping_batches=steps)  # what Lightning tells the module
+    module.configure_optimizers()
+    rates = _rates(by_trainer, steps)
+    assert rates == _rates(module.hf_lr_scheduler, steps)
+    assert rates[0] == 0.0 and max(rates) == 1.0  # warmed up from 0 to the peak (a ratio resolved alike)

@@ -272,10 +272,9 @@ def get_process_log_level(args: TrainingArguments) -> int:
 
 
 def get_warmup_steps(args: TrainingArguments, num_training_steps: int) -> int:
-    """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""
-    if args.warmup_steps >= 1:
-        return int(args.warmup_steps)
-    return math.ceil(num_training_steps * args.warmup_steps)
+    """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil); the
+    rule ``HFModule`` applies to its ``ModuleSettings.warmup_steps`` (:func:`resolve_steps`)."""
+    return resolve_steps(args.warmup_steps, num_training_steps)
 
 
 @contextlib.contextmanager
