@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hf_lightning import Trainer, TrainingArguments
-from hf_lightning.adapters import HFModule
+from hf_lightning.adapters import HFCheckpoint, HFModule
 from hf_lightning.optim import current_learning_rate, get_scheduler
 
 # --- the learning rate a step logs ------------------------------------------------------------------
@@ -89,3 +89,30 @@ def test_trainer_and_hf_module_create_the_same_schedule(tmp_path, schedule) -> N
     rates = _rates(by_trainer, steps)
     assert rates == _rates(module.hf_lr_scheduler, steps)
     assert rates[0] == 0.0 and max(rates) == 1.0  # warmed up from 0 to the peak (a ratio resolved alike)
+
+
+# --- the best metric --------------------------------------------------------------------------------
+
+BESTS = [
+    ("loss", None, [0.5, 0.7, 0.5, 0.3], [True, False, False, True]),
+    ("accuracy", None, [0.5, 0.7, 0.7, 0.6], [True, True, False, False]),
+    ("loss", True, [0.5, 0.7, 0.5, 0.9], [True, True, False, True]),
+]
+
+
+@pytest.mark.parametrize(("metric", "greater", "values", "expected"), BESTS)
+def test_trainer_and_hf_checkpoint_pick_the_same_best(tmp_path, metric, greater, values, expected) -> None:
+    """``Trainer._determine_best_metric`` and ``HFCheckpoint`` agree on each new best (direction, ties)."""
+    args = TrainingArguments(
+        str(tmp_path), use_cpu=True, report_to="none", metric_for_best_model=metric, greater_is_better=greater
+    )
+    trainer = Trainer(nn.Linear(2, 2), args)
+    saver = HFCheckpoint(tmp_path, monitor=f"val_{metric}", greater_is_better=greater)
+    by_trainer, by_callback = [], []
+    for step, value in enumerate(values, start=1):
+        trainer.state.global_step = step
+        by_trainer.append(trainer._determine_best_metric({f"eval_{metric}": value}, trial=None))
+        lightning = SimpleNamespace(callback_metrics={f"val_{metric}": torch.tensor(value)}, global_step=step)
+        by_callback.append(saver._improved(lightning))
+    assert by_trainer == by_callback == expected
+    assert trainer.state.best_metric == pytest.approx(saver.best_metric)

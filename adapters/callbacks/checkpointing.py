@@ -24,6 +24,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from hf_lightning.best_metric import default_greater_is_better, improves
 from hf_lightning.callbacks import TrainerState
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.store import checkpoint_path, save_checkpoint
@@ -154,7 +155,7 @@ class HFCheckpoint(L.Callback):
         )
         self.monitor = monitor
         self.greater_is_better = (
-            greater_is_better if greater_is_better is not None else not (monitor or "").endswith("loss")
+            greater_is_better if greater_is_better is not None else default_greater_is_better(monitor)
         )
         self.save_only_model, self.processing_class = save_only_model, processing_class
         self.best_metric: float | None = None
@@ -220,8 +221,7 @@ class HFCheckpoint(L.Callback):
                 f"`HFCheckpoint(monitor={self.monitor!r})` must name a single number, got "
                 f"{type(metrics[self.monitor]).__name__} {metrics[self.monitor]!r}."
             )
-        best = self.best_metric
-        if best is not None and not (value > best if self.greater_is_better else value < best):
+        if not improves(value, self.best_metric, self.greater_is_better):
             return False
         self.best_metric, self.best_global_step = value, trainer.global_step
         return True
