@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from hf_lightning import Trainer, TrainingArguments
+from hf_lightning import Trainer, TrainerState, TrainingArguments
 from hf_lightning.adapters import HFCheckpoint, HFModule
 from hf_lightning.optim import current_learning_rate, get_scheduler
 
@@ -116,3 +116,37 @@ def test_trainer_and_hf_checkpoint_pick_the_same_best(tmp_path, metric, greater,
         by_callback.append(saver._improved(lightning))
     assert by_trainer == by_callback == expected
     assert trainer.state.best_metric == pytest.approx(saver.best_metric)
+
+
+# --- save_steps -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("save_steps", "valid"), [(500, True), (2.0, True), (1, True), (0.25, True), (1.5, False)]
+)
+def test_training_arguments_and_hf_checkpoint_accept_the_same_save_steps(tmp_path, save_steps, valid) -> None:
+    """A ``save_steps`` both accept or both refuse: whole when above 1, below 1 a ratio of the run."""
+    refused = []
+    for build in (
+        lambda: TrainingArguments(str(tmp_path), use_cpu=True, report_to="none", save_steps=save_steps),
+        lambda: HFCheckpoint(tmp_path, save_steps=save_steps),
+    ):
+        try:
+            build()
+        except ValueError:
+            refused.append(True)
+        else:
+            refused.append(False)
+    assert refused == [not valid, not valid]
+
+
+@pytest.mark.parametrize(("save_steps", "every"), [(0.25, 3), (0.5, 5), (4, 4)])
+def test_trainer_state_and_hf_checkpoint_resolve_a_ratio_alike(tmp_path, save_steps, every) -> None:
+    """A ratio ``save_steps`` becomes ceil(total steps x ratio) on both paths (10 steps here)."""
+    state = TrainerState()
+    state.compute_steps(
+        TrainingArguments(str(tmp_path), report_to="none", save_steps=save_steps), max_steps=10
+    )
+    saver = HFCheckpoint(tmp_path, save_steps=save_steps)
+    saver.setup(SimpleNamespace(estimated_stepping_batches=10), None, "fit")
+    assert state.save_steps == saver._every == every

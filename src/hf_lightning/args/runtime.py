@@ -49,6 +49,7 @@ __all__ = [
     "parallel_mode",
     "place_model_on_device",
     "process_index",
+    "is_whole_or_ratio",
     "resolve_steps",
     "sampler_seed",
     "should_log",
@@ -71,7 +72,12 @@ LOG_LEVELS = {
 }
 
 
-def resolve_steps(value: float, max_steps: int) -> int:
+def is_whole_or_ratio(value: float) -> bool:
+    """Whether a ``*_steps`` value reads as steps: a ratio (< 1) of the run, or whole when above 1 (not 1.5)."""
+    return not value > 1 or value == int(value)
+
+
+def resolve_steps(value: float, max_steps: float) -> int:
     """A ``*_steps`` value as a step count: a ratio < 1 becomes ``ceil(max_steps * value)``."""
     if value < 1:
         return math.ceil(max_steps * value)
