@@ -11,6 +11,8 @@ from torch import nn
 
 from hf_lightning import Trainer, TrainerState, TrainingArguments
 from hf_lightning.adapters import HFCheckpoint, HFModule
+from hf_lightning.adapters.callbacks.logging import tracker_name
+from hf_lightning.adapters.loggers import LoggerSpec
 from hf_lightning.optim import current_learning_rate, get_scheduler
 
 # --- the learning rate a step logs ------------------------------------------------------------------
@@ -150,3 +152,13 @@ def test_trainer_state_and_hf_checkpoint_resolve_a_ratio_alike(tmp_path, save_st
     saver = HFCheckpoint(tmp_path, save_steps=save_steps)
     saver.setup(SimpleNamespace(estimated_stepping_batches=10), None, "fit")
     assert state.save_steps == saver._every == every
+
+
+# --- tracker names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tensorboard", "csv", "mlflow", "wandb", "comet_ml"])
+def test_a_loggers_class_names_back_the_report_to_value_it_was_built_for(name) -> None:
+    """``tracker_name`` reads the same table ``LoggerSpec`` builds from: class and ``report_to`` name agree."""
+    logger_class = LoggerSpec(name, ()).logger_class
+    assert tracker_name(type(logger_class, (), {})()) == name

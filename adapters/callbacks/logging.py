@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from hf_lightning.adapters.loggers import TRACKER_OF_LOGGER_CLASS
 from hf_lightning.callbacks import TrainerCallback
 
 __all__ = [
@@ -41,13 +42,6 @@ _SUMMARY_KEYS = (
     "train_loss",
     "total_flos",
 )
-_CLASS_TO_TRACKER = {
-    "TensorBoardLogger": "tensorboard",
-    "CSVLogger": "csv",
-    "MLFlowLogger": "mlflow",
-    "WandbLogger": "wandb",
-    "CometLogger": "comet_ml",
-}
 
 
 def numeric_logs(logs: dict[str, Any]) -> dict[str, float]:
@@ -77,7 +71,7 @@ def prefixed_logs(logs: dict[str, Any]) -> dict[str, Any]:
 
 def tracker_name(logger: Any) -> str:
     """The ``report_to`` name of a Lightning logger (its class decides; unknown loggers count as csv)."""
-    return _CLASS_TO_TRACKER.get(type(logger).__name__, "csv")
+    return TRACKER_OF_LOGGER_CLASS.get(type(logger).__name__, "csv")
 
 
 def tracker_metrics(name: str, logs: dict[str, Any], step: int) -> tuple[dict[str, float], int | None]:
