@@ -36,7 +36,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CALLBACK_REPORTERS", "REPORTERS", "LoggerSpec", "logger_specs", "normalize_report_to"]
+__all__ = [
+    "CALLBACK_REPORTERS",
+    "REPORTERS",
+    "TRACKER_OF_LOGGER_CLASS",
+    "LoggerSpec",
+    "logger_specs",
+    "normalize_report_to",
+]
 
 # name -> (Lightning logger class, importable modules (any one suffices), pip package)
 _LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
@@ -46,6 +53,8 @@ _LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
     "wandb": ("WandbLogger", ("wandb",), "wandb"),
     "comet_ml": ("CometLogger", ("comet_ml",), "comet-ml"),
 }
+TRACKER_OF_LOGGER_CLASS = {logger_class: name for name, (logger_class, _, _) in _LOGGERS.items()}
+"""The ``report_to`` name of each Lightning logger class above (``TensorBoardLogger`` -> "tensorboard")."""
 CALLBACK_REPORTERS = ("kubeflow", "trackio")
 """``report_to`` values carried by an HF callback alone (no Lightning logger): ``KubeflowCallback``,
 ``TrackioReporter`` (adapters/callbacks/trackio.py)."""

@@ -32,6 +32,7 @@ from torch import nn
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.loss import LossSettings, compute_model_loss
+from hf_lightning.optim.optimizers import current_learning_rate
 from hf_lightning.optim.schedulers import steps_per_update
 
 from .grad_clipping import ClipOrder
@@ -381,12 +382,8 @@ class HFModule(L.LightningModule):
 
     def current_learning_rate(self) -> float:
         """The learning rate of the first parameter group as the scheduler last set it."""
-        scheduler = self.hf_lr_scheduler
-        if not steps_per_update(scheduler):
-            optimizer: Any = self.optimizers()
-            optimizer = getattr(optimizer, "optimizer", optimizer)
-            return float(optimizer.param_groups[0]["lr"])
-        return float(scheduler.get_last_lr()[0])
+        optimizer: Any = self.optimizers()
+        return current_learning_rate(getattr(optimizer, "optimizer", optimizer), self.hf_lr_scheduler)
 
 
 _SCHEDULER_KEY = "hf_lr_scheduler"  # the HF scheduler's state in a Lightning checkpoint

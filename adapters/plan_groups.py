@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from hf_lightning.args.enums import enum_value
+from hf_lightning.args.runtime import sampler_seed
 
 __all__ = [
     "DataSettings",
@@ -86,8 +87,8 @@ class DataSettings:
 
     @property
     def sampler_seed(self) -> int:
-        """The seed of the samplers' generator: ``data_seed``, else ``seed``."""
-        return self.seed if self.data_seed is None else self.data_seed
+        """The seed of the samplers' generator: ``data_seed``, else ``seed`` (``args.runtime.sampler_seed``)."""
+        return sampler_seed(self.seed, self.data_seed)
 
     def loader_kwargs(self) -> dict[str, Any]:
         """``DataLoader`` keyword arguments shared by training and evaluation (no batch size, sampler).

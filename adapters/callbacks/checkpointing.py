@@ -24,6 +24,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from hf_lightning.args.runtime import is_whole_or_ratio, resolve_steps
+from hf_lightning.best_metric import default_greater_is_better, improves
 from hf_lightning.callbacks import TrainerState
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.store import checkpoint_path, save_checkpoint
@@ -135,7 +137,7 @@ class HFCheckpoint(L.Callback):
             isinstance(save_steps, bool)
             or not isinstance(save_steps, (int, float))
             or save_steps <= 0
-            or (save_steps > 1 and save_steps != int(save_steps))
+            or not is_whole_or_ratio(save_steps)
         ):
             raise ValueError(
                 f"`HFCheckpoint(save_steps={save_steps!r})` must be a positive int or a ratio in (0, 1)."
@@ -154,7 +156,7 @@ class HFCheckpoint(L.Callback):
         )
         self.monitor = monitor
         self.greater_is_better = (
-            greater_is_better if greater_is_better is not None else not (monitor or "").endswith("loss")
+            greater_is_better if greater_is_better is not None else default_greater_is_better(monitor)
         )
         self.save_only_model, self.processing_class = save_only_model, processing_class
         self.best_metric: float | None = None
@@ -167,16 +169,13 @@ class HFCheckpoint(L.Callback):
 
     # --- Lightning hooks -----------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        steps = self.save_steps
-        if steps < 1:
-            total = trainer.estimated_stepping_batches
-            if not math.isfinite(total):
-                raise ValueError(
-                    f"`HFCheckpoint(save_steps={steps})` is a ratio of the total steps, which this "
-                    "run does not know; give `max_steps` to the lightning.Trainer or an int."
-                )
-            steps = math.ceil(total * steps)
-        self._every = int(steps)
+        total = trainer.estimated_stepping_batches if self.save_steps < 1 else 0
+        if not math.isfinite(total):
+            raise ValueError(
+                f"`HFCheckpoint(save_steps={self.save_steps})` is a ratio of the total steps, which this "
+                "run does not know; give `max_steps` to the lightning.Trainer or an int."
+            )
+        self._every = resolve_steps(self.save_steps, total)  # as TrainingArguments' *_steps ratios
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -220,8 +219,7 @@ class HFCheckpoint(L.Callback):
                 f"`HFCheckpoint(monitor={self.monitor!r})` must name a single number, got "
                 f"{type(metrics[self.monitor]).__name__} {metrics[self.monitor]!r}."
             )
-        best = self.best_metric
-        if best is not None and not (value > best if self.greater_is_better else value < best):
+        if not improves(value, self.best_metric, self.greater_is_better):
             return False
         self.best_metric, self.best_global_step = value, trainer.global_step
         return True

@@ -25,6 +25,8 @@ from typing import Any
 
 from hf_lightning.callbacks import TrainerCallback
 
+from ..loggers import TRACKER_OF_LOGGER_CLASS
+
 __all__ = [
     "LightningLoggersCallback",
     "numeric_logs",
@@ -41,13 +43,6 @@ _SUMMARY_KEYS = (
     "train_loss",
     "total_flos",
 )
-_CLASS_TO_TRACKER = {
-    "TensorBoardLogger": "tensorboard",
-    "CSVLogger": "csv",
-    "MLFlowLogger": "mlflow",
-    "WandbLogger": "wandb",
-    "CometLogger": "comet_ml",
-}
 
 
 def numeric_logs(logs: dict[str, Any]) -> dict[str, float]:
@@ -77,7 +72,7 @@ def prefixed_logs(logs: dict[str, Any]) -> dict[str, Any]:
 
 def tracker_name(logger: Any) -> str:
     """The ``report_to`` name of a Lightning logger (its class decides; unknown loggers count as csv)."""
-    return _CLASS_TO_TRACKER.get(type(logger).__name__, "csv")
+    return TRACKER_OF_LOGGER_CLASS.get(type(logger).__name__, "csv")
 
 
 def tracker_metrics(name: str, logs: dict[str, Any], step: int) -> tuple[dict[str, float], int | None]:

@@ -15,6 +15,7 @@ from torch.utils.data import IterableDataset
 
 import hf_lightning.adapters.samplers as samplers_module
 from hf_lightning import Trainer, TrainingArguments
+from hf_lightning.adapters.plan import to_lightning
 from tests.tiny import tiny_gpt2
 
 LENGTHS = [3, 9, 5, 12, 4, 7, 10, 6, 8, 11, 3, 6]
@@ -287,6 +288,13 @@ def test_data_seed_sets_the_order_apart_from_seed(tmp_path) -> None:
     collator = PadCollator()
     make_trainer(tmp_path, indexed_data(), collator, data_seed=11, max_steps=3).train()
     assert collator.batches == expected_epoch("random", 0, seed=11)
+
+
+@pytest.mark.parametrize(("data_seed", "expected"), [(None, 7), (11, 11)])
+def test_trainer_and_plan_seed_the_samplers_alike(tmp_path, data_seed, expected) -> None:
+    """The Trainer's train sampler and the plan's ``DataSettings`` take one seed from seed / data_seed."""
+    trainer = make_trainer(tmp_path, indexed_data(), PadCollator(), data_seed=data_seed)
+    assert trainer._get_train_sampler().seed == to_lightning(trainer.args).data.sampler_seed == expected
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)

@@ -26,6 +26,7 @@ from hf_lightning.args.enums import (
 )
 from hf_lightning.args.fsdp import normalize_fsdp
 from hf_lightning.args.validate import check_types
+from hf_lightning.best_metric import default_greater_is_better
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
@@ -194,7 +195,7 @@ def _derive_defaults(args: Any) -> None:
     if needs_metric and args.metric_for_best_model is None:
         args.metric_for_best_model = "loss"
     if args.greater_is_better is None and args.metric_for_best_model is not None:
-        args.greater_is_better = not args.metric_for_best_model.endswith("loss")
+        args.greater_is_better = default_greater_is_better(args.metric_for_best_model)
 
 
 def _report_to_list(report_to: Any) -> list[str]:

@@ -49,7 +49,9 @@ __all__ = [
     "parallel_mode",
     "place_model_on_device",
     "process_index",
+    "is_whole_or_ratio",
     "resolve_steps",
+    "sampler_seed",
     "should_log",
     "should_save",
     "train_batch_size",
@@ -70,11 +72,21 @@ LOG_LEVELS = {
 }
 
 
-def resolve_steps(value: float, max_steps: int) -> int:
+def is_whole_or_ratio(value: float) -> bool:
+    """Whether a ``*_steps`` value reads as steps: a ratio (< 1) of the run, or whole when above 1 (not 1.5)."""
+    return not value > 1 or value == int(value)
+
+
+def resolve_steps(value: float, max_steps: float) -> int:
     """A ``*_steps`` value as a step count: a ratio < 1 becomes ``ceil(max_steps * value)``."""
     if value < 1:
         return math.ceil(max_steps * value)
     return int(value)
+
+
+def sampler_seed(seed: int, data_seed: int | None) -> int:
+    """The seed of the data samplers' generator: ``data_seed``, else ``seed`` (every sampler, both paths)."""
+    return seed if data_seed is None else data_seed
 
 
 def _torch():
@@ -266,10 +278,9 @@ def get_process_log_level(args: TrainingArguments) -> int:
 
 
 def get_warmup_steps(args: TrainingArguments, num_training_steps: int) -> int:
-    """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil)."""
-    if args.warmup_steps >= 1:
-        return int(args.warmup_steps)
-    return math.ceil(num_training_steps * args.warmup_steps)
+    """Warmup steps: ``warmup_steps`` itself when >= 1, else that ratio of ``num_training_steps`` (ceil); the
+    rule ``HFModule`` applies to its ``ModuleSettings.warmup_steps`` (:func:`resolve_steps`)."""
+    return resolve_steps(args.warmup_steps, num_training_steps)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from hf_lightning.args.enums import METRIC_DRIVEN_SCHEDULERS, SAMPLING_STRATEGIES, enum_value
-from hf_lightning.args.runtime import LOG_LEVELS
+from hf_lightning.args.runtime import LOG_LEVELS, is_whole_or_ratio
 
 __all__ = ["RULES", "ArgumentTypeError", "check", "check_types", "find_problems", "type_problem"]
 
@@ -47,7 +47,7 @@ def _step_counts(args: Any) -> Iterator[str]:
         ("save_strategy", "save_steps"),
     ):
         value = getattr(args, steps)
-        if getattr(args, strategy) == "steps" and value is not None and value > 1 and value != int(value):
+        if getattr(args, strategy) == "steps" and value is not None and not is_whole_or_ratio(value):
             yield f"`{_call(args, **{steps: value})}` must be a whole number when above 1 (a value < 1 is a ratio)"
 
 

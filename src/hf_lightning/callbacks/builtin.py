@@ -7,10 +7,10 @@ arguments may be enum members or plain strings (``"steps"``, ``"epoch"``, ``"no"
 from __future__ import annotations
 
 import logging
-import operator
 from typing import Any
 
 from hf_lightning.args.enums import enum_value
+from hf_lightning.best_metric import improves
 from hf_lightning.callbacks.api import ExportableState, TrainerCallback
 from hf_lightning.trainer_utils import has_length
 
@@ -172,10 +172,11 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
 
     def check_metric_value(self, args, state, control, metric_value) -> None:
         """Reset the counter if ``metric_value`` improves on ``state.best_metric``; else count one more."""
-        better = operator.gt if args.greater_is_better else operator.lt
         threshold = self.early_stopping_threshold or 0.0
         best = state.best_metric
-        if best is None or (better(metric_value, best) and abs(metric_value - best) > threshold):
+        if improves(metric_value, best, args.greater_is_better) and (
+            best is None or abs(metric_value - best) > threshold
+        ):
             self.early_stopping_patience_counter = 0
         else:
             self.early_stopping_patience_counter += 1

@@ -23,11 +23,13 @@ from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.adafactor import Adafactor
 from hf_lightning.optim.extras import EXTRA_OPTIMIZERS, extra_optimizer_cls_and_kwargs
 from hf_lightning.optim.packages import require_package
+from hf_lightning.optim.schedulers import steps_per_update
 
 __all__ = [
     "PACKAGE_OPTIMIZERS",
     "SUPPORTED_OPTIMIZERS",
     "create_optimizer",
+    "current_learning_rate",
     "get_decay_parameter_names",
     "get_learning_rates",
     "get_optimizer_cls_and_kwargs",
@@ -257,3 +259,15 @@ def get_learning_rates(optimizer: torch.optim.Optimizer | None) -> list[float]:
     if optimizer is None:
         raise ValueError("get_learning_rates(optimizer=None): create the optimizer first")
     return [group["lr"] for group in optimizer.param_groups]
+
+
+def current_learning_rate(optimizer: Any, scheduler: Any) -> float:
+    """``Trainer._get_learning_rate``: the rate logged for a step, on both paths (Trainer and ``HFModule``).
+
+    The scheduler's last rate (``get_last_lr()[0]``); the first parameter group's rate when there is no
+    scheduler, when it is stepped with a metric (``ReduceLROnPlateau``, ``GreedyLR``), or when it keeps
+    no last rate.
+    """
+    if not steps_per_update(scheduler) or not hasattr(scheduler, "get_last_lr"):
+        return float(optimizer.param_groups[0]["lr"])
+    return float(scheduler.get_last_lr()[0])

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
+from hf_lightning.args.runtime import sampler_seed
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
     compute_lengths,
@@ -93,7 +94,7 @@ class DataLoaderBuilder:
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
                 f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
-        seed = args.data_seed if args.data_seed is not None else args.seed
+        seed = sampler_seed(args.seed, args.data_seed)
         sampler, batch_sampler = ENGINE.build_train_sampler(
             args.train_sampling_strategy,
             lengths if lengths is not None else len(dataset),
@@ -154,7 +155,7 @@ class DataLoaderBuilder:
                 len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=args.dataloader_drop_last
             )
         if args.train_sampling_strategy == "group_by_length":
-            seed = args.data_seed if args.data_seed is not None else args.seed
+            seed = sampler_seed(args.seed, args.data_seed)
             names = getattr(t.processing_class, "model_input_names", None)
             return ENGINE.LengthGroupedSampler(
                 args.eval_batch_size,
@@ -274,7 +275,7 @@ class DataLoaderBuilder:
                 args.train_sampling_strategy,
             )
         if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
-            seed = args.data_seed if args.data_seed is not None else args.seed
+            seed = sampler_seed(args.seed, args.data_seed)
             return DispatchedBatches(
                 DataLoader(dataset, **params),
                 args.world_size,

@@ -21,9 +21,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
-
 from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
+from hf_lightning.best_metric import improves
 from hf_lightning.optim import steps_on_metric
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import PredictionOutput, speed_metrics
@@ -156,10 +155,9 @@ class Evaluator:
             return False
         value = metrics[self.best_metric_key(metrics)]
         greater = bool(args.greater_is_better)
-        better = np.greater if greater else np.less
-        if state.best_metric is None:
+        if state.best_metric is None:  # transformers starts from the worst value: a NaN is never a best
             state.best_metric = float("-inf") if greater else float("inf")
-        if not better(value, state.best_metric):
+        if not improves(value, state.best_metric, greater):
             return False
         state.best_metric = value
         if enum_value(args.save_strategy) in SAVING_STRATEGIES:

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
-from hf_lightning.optim import steps_on_metric
 from hf_lightning.trainer.engine_door import ENGINE
 
 if TYPE_CHECKING:
@@ -91,8 +90,4 @@ class OptimizerSetup:
 
     def learning_rate(self) -> float:
         """``Trainer._get_learning_rate``: the scheduler's last rate, else the first group's."""
-        t = self.trainer
-        scheduler = t.lr_scheduler
-        if scheduler is None or steps_on_metric(scheduler) or not hasattr(scheduler, "get_last_lr"):
-            return float(t.optimizer.param_groups[0]["lr"])
-        return float(scheduler.get_last_lr()[0])
+        return _optim.current_learning_rate(self.trainer.optimizer, self.trainer.lr_scheduler)
