@@ -81,7 +81,24 @@ def _normalize(name: str) -> str:
 
 @functools.cache
 def _installed() -> dict[str, metadata.Distribution]:
-    return {_normalize(d.metadata["Name"]): d for d in metadata.distributions() if d.metadata["Name"]}
+    return {_normalize(d.metadata["Name"]): d for d in _site_distributions() if d.metadata["Name"]}
+
+
+def _site_distributions() -> list[metadata.Distribution]:
+    """The distributions installed in the environment's site folders. A package's vendored copies are not
+    among them: Ray puts ``ray/thirdparty_files`` (its own psutil, with its metadata) on ``sys.path`` when
+    it is imported, and a copy found there would be hidden from the child with the real one, which a
+    real venv never does (this process imported Ray or not, depending on the tests run before)."""
+    return list(metadata.distributions(path=[path for path in sys.path if not _inside_site_folder(path)]))
+
+
+def _inside_site_folder(path: str) -> bool:
+    """Whether ``path`` lies inside a ``site-packages`` / ``dist-packages`` folder of ``sys.path``."""
+    where = os.path.abspath(path or ".")
+    sites = {
+        os.path.abspath(p) for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")
+    }
+    return any(where != site and where.startswith(site + os.sep) for site in sites)
 
 
 def _project_requirements(extras: frozenset[str]) -> list[str]:
@@ -133,7 +150,7 @@ def hidden(extras: tuple[str, ...]) -> frozenset[str]:
     keep = closure(extras) | set(_VENV_BASE)
     hide: set[str] = set()
     shared: set[str] = set()
-    for dist in metadata.distributions():
+    for dist in _site_distributions():
         name = dist.metadata["Name"]
         if not name:
             continue

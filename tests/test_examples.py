@@ -117,3 +117,13 @@ def _assert_the_readme_shows_the_quickstart_output(stdout: str) -> None:
         assert [timing.sub("", x) for x in printed] == [timing.sub("", x) for x in shown]
     else:  # the help topics differ between patch versions, so the figures do
         assert [digits.sub("N", x) for x in printed] == [digits.sub("N", x) for x in shown]
+
+
+def test_a_vendored_package_stays_importable_after_ray_was_imported_here(tmp_path):
+    """Ray puts ``ray/thirdparty_files`` (its own psutil) on ``sys.path`` once imported; the simulated venv
+    must not take that copy for the psutil distribution it hides, or ``import ray`` fails in the child
+    only after some earlier test imported Ray (CI's slow run)."""
+    import ray  # noqa: F401 - what the Ray tests do before this one in a whole run (ray[tune] is a test extra)
+
+    run = run_in_venv(("examples",), ["-c", "import ray.tune; print('imported')"], cwd=tmp_path, timeout=300)
+    assert run.returncode == 0 and "imported" in run.stdout, run.stderr[-3000:]
