@@ -479,3 +479,20 @@ def test_adafactor_refuses_sparse_gradients():
     embedding(torch.tensor([1])).sum().backward()
     with pytest.raises(RuntimeError, match="sparse"):
         optimizer.step()
+
+
+def test_a_scheduler_stepped_with_a_metric_is_recognised_by_its_step():
+    """steps_on_metric asks the scheduler (its ``step`` needs the metric), not its class name: transformers'
+    own GreedyLR and a user's metric-driven scheduler count; a schedule (StepLR, LambdaLR) does not."""
+    from transformers.optimization import GreedyLR as TransformersGreedyLR
+
+    from hf_lightning.optim import steps_on_metric
+
+    class OnMetric:
+        def step(self, metrics, epoch=None):
+            pass
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    assert steps_on_metric(TransformersGreedyLR(optimizer)) and steps_on_metric(OnMetric())
+    assert not steps_on_metric(torch.optim.lr_scheduler.StepLR(optimizer, 2))
+    assert not steps_on_metric(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0))

@@ -7,11 +7,9 @@ learning rate, TRL's ``entropy`` / ``mean_token_accuracy`` / ``num_tokens``, eva
 1e-5, the checkpoint folders and their file names (hf_lightning adds ``checkpoint-manifest.json`` and
 ``training_args.json``: docs/divergences.md), the model card, the trained weights; a run resumed from
 ``checkpoint-3`` is bit-identical to the uninterrupted one, and ``load_best_model_at_end`` loads the best
-checkpoint's weights. The DDP tests do the same on 2 processes (gloo).
-
-Under DDP ``total_flos`` is left out: each rank counts its own padded batches, and hf_lightning deals a
-step's samples to the ranks by torch's ``DistributedSampler`` rule where accelerate deals whole batches
-(docs/data.md), so the padding (and only it) differs; the step's samples, losses and weights are the same.
+checkpoint's weights. The DDP tests do the same on 2 processes (gloo), ``total_flos`` included: each rank
+gets the whole batches accelerate deals it (docs/data.md), so each rank's padded batches, and the FLOPs
+counted from them, are transformers'.
 """
 
 from __future__ import annotations
@@ -100,12 +98,12 @@ def two_processes(tmp_path_factory) -> Path:
 @pytest.mark.ddp
 @pytest.mark.parametrize("scenario", DDP_SCENARIOS)
 def test_trl_ddp_matches_transformers(two_processes, scenario):
-    """On 2 processes: the same logged values (total_flos aside: see the module docstring), files and weights."""
+    """On 2 processes: the same logged values (total_flos too), files and weights."""
     theirs, ours = (
         result(two_processes, "transformers", scenario),
         result(two_processes, "hf_lightning", scenario),
     )
-    assert_same_run(theirs, ours, skip=("total_flos",))
+    assert_same_run(theirs, ours)
 
 
 @pytest.mark.slow

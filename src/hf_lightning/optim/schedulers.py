@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, cast
 
 from torch.optim import Optimizer
@@ -270,11 +270,27 @@ SCHEDULER_NAMES: tuple[str, ...] = tuple(_BUILDERS)
 
 
 def steps_on_metric(scheduler: Any) -> bool:
-    """Whether ``scheduler`` is stepped with an evaluation metric (``ReduceLROnPlateau``, ``GreedyLR``).
+    """Whether ``scheduler`` is stepped with an evaluation metric (``ReduceLROnPlateau``, ``GreedyLR``, and
+    any scheduler of the same kind): asked of the scheduler, whose ``step`` needs a first argument (the
+    metric) where a schedule's ``step`` needs none. transformers' own ``GreedyLR`` counts too."""
+    if isinstance(scheduler, ReduceLROnPlateau):
+        return True
+    return scheduler is not None and _step_needs_an_argument(type(scheduler))
 
-    ``GreedyLR`` is recognised by its class name, so transformers' own class counts as well.
-    """
-    return isinstance(scheduler, ReduceLROnPlateau) or type(scheduler).__name__ == "GreedyLR"
+
+@lru_cache(maxsize=64)
+def _step_needs_an_argument(kind: type) -> bool:
+    step = getattr(kind, "step", None)
+    try:
+        parameters = list(inspect.signature(step).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return (
+        bool(parameters)
+        and parameters[0].kind in positional
+        and parameters[0].default is inspect.Parameter.empty
+    )
 
 
 def steps_per_update(scheduler: Any) -> bool:
