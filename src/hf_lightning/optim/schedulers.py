@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from functools import lru_cache, partial
+from functools import partial
 from typing import Any, cast
 
 from torch.optim import Optimizer
@@ -273,24 +273,20 @@ def steps_on_metric(scheduler: Any) -> bool:
     """Whether ``scheduler`` is stepped with an evaluation metric (``ReduceLROnPlateau``, ``GreedyLR``, and
     any scheduler of the same kind): asked of the scheduler, whose ``step`` needs a first argument (the
     metric) where a schedule's ``step`` needs none. transformers' own ``GreedyLR`` counts too."""
-    if isinstance(scheduler, ReduceLROnPlateau):
-        return True
-    return scheduler is not None and _step_needs_an_argument(type(scheduler))
+    if scheduler is None or isinstance(scheduler, ReduceLROnPlateau):
+        return scheduler is not None
+    kind = type(scheduler)
+    if kind not in _ON_METRIC:  # asked once per class: steps_per_update runs at every optimizer step
+        try:
+            first = next(iter(inspect.signature(scheduler.step).parameters.values()), None)
+        except (AttributeError, TypeError, ValueError):  # no step, or one whose signature cannot be read
+            first = None
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        _ON_METRIC[kind] = first is not None and first.kind in positional and first.default is first.empty
+    return _ON_METRIC[kind]
 
 
-@lru_cache(maxsize=64)
-def _step_needs_an_argument(kind: type) -> bool:
-    step = getattr(kind, "step", None)
-    try:
-        parameters = list(inspect.signature(step).parameters.values())[1:]  # after self
-    except (TypeError, ValueError):
-        return False
-    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return (
-        bool(parameters)
-        and parameters[0].kind in positional
-        and parameters[0].default is inspect.Parameter.empty
-    )
+_ON_METRIC: dict[type, bool] = {}
 
 
 def steps_per_update(scheduler: Any) -> bool:
