@@ -9,6 +9,7 @@ one import away and the class has no base besides ``object``.
 """
 
 import json
+import sys
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal
@@ -368,5 +369,6 @@ def _dtypes_to_str(d: dict) -> dict:
 
 
 def _is_torch_dtype(value: Any) -> bool:
-    kind = type(value)
-    return kind.__name__ == "dtype" and kind.__module__ == "torch"
+    """``isinstance(value, torch.dtype)``, without importing torch here: a dtype exists only once it is."""
+    torch_module = sys.modules.get("torch")
+    return torch_module is not None and isinstance(value, torch_module.dtype)
