@@ -8,6 +8,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from tests.parity import zoo_models as zoo
+
 __all__ = [
     "CONVERTED",
     "PEFT_KINDS",
@@ -22,101 +24,21 @@ __all__ = [
     "token_data",
 ]
 
-VOCAB = 128
-IMAGE_TOKEN = 127
-
-
-def _vit() -> nn.Module:
-    from transformers import ViTConfig, ViTForImageClassification
-
-    config = ViTConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        image_size=16,
-        patch_size=8,
-        num_labels=3,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return ViTForImageClassification(config)
-
-
-def _mixtral() -> nn.Module:
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    config = MixtralConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-    )
-    return MixtralForCausalLM(config)
-
-
-def _qwen2_moe() -> nn.Module:
-    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
-
-    config = Qwen2MoeConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-        num_experts=4,
-        num_experts_per_tok=2,
-    )
-    return Qwen2MoeForCausalLM(config)
-
-
-def _llava() -> nn.Module:
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
-
-    vision = CLIPVisionConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        image_size=16,
-        patch_size=8,
-    )
-    text = LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=VOCAB,
-    )
-    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN)
-    return LlavaForConditionalGeneration(config)
-
-
-def _gpt_neox() -> nn.Module:
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
-
-    config = GPTNeoXConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=VOCAB
-    )
-    return GPTNeoXForCausalLM(config)
+VOCAB = zoo.VOCAB
+IMAGE_TOKEN = zoo.LLAVA_IMAGE_TOKEN
+IMAGE_SIZE = 8
+"""The side of the tiny Llava's images: 4 patches of 4x4, so 4 image tokens."""
 
 
 CONVERTED: dict[str, Callable[[], nn.Module]] = {
-    "vit": _vit,
-    "mixtral": _mixtral,
-    "qwen2_moe": _qwen2_moe,
-    "llava": _llava,
-    "gpt_neox": _gpt_neox,
+    "vit": lambda: zoo.vision("ViT"),
+    "mixtral": lambda: zoo.moe("Mixtral"),
+    "qwen2_moe": lambda: zoo.moe("Qwen2Moe"),
+    "llava": zoo.llava,
+    "gpt_neox": zoo.neox,
 }
-"""Model types whose saved keys transformers 5 converts in ``from_pretrained`` (renames, merged experts, VLM prefixes)."""
+"""Model types whose saved keys transformers 5 converts in ``from_pretrained`` (renames, merged experts, VLM
+prefixes): the zoo's tiny builders (``tests/parity/zoo_models.py``)."""
 
 
 def converted_model(kind: str, seed: int = 0) -> nn.Module:
@@ -142,13 +64,13 @@ def image_data(n: int = 16, seed: int = 0, labels: int = 3) -> list[dict[str, to
 
 
 def llava_data(n: int = 16, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """Token rows that start with the 4 image tokens one 16x16 image with 8x8 patches fills, and the image."""
+    """Token rows that start with the 4 image tokens one image of 4x4 patches fills, and the image."""
     rows = token_data(n, seed=seed)
     g = torch.Generator().manual_seed(seed + 1)
     for row in rows:
         row["input_ids"][:4] = IMAGE_TOKEN
         row["labels"][:4] = -100
-        row["pixel_values"] = torch.randn(3, 16, 16, generator=g)
+        row["pixel_values"] = torch.randn(3, IMAGE_SIZE, IMAGE_SIZE, generator=g)
     return rows
 
 
@@ -158,55 +80,15 @@ def batch_for(kind: str) -> Callable[..., list[dict[str, torch.Tensor]]]:
 
 
 def tiny_llama(seed: int = 0, tie: bool = False) -> nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        tie_word_embeddings=tie,
-    )
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(zoo.llama_like("Llama", tie_word_embeddings=tie))
 
 
 def tiny_bert_classifier(seed: int = 0) -> nn.Module:
-    from transformers import BertConfig, BertForSequenceClassification
-
     torch.manual_seed(seed)
-    config = BertConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=VOCAB,
-        max_position_embeddings=64,
-        num_labels=2,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    return BertForSequenceClassification(config)
-
-
-def _peft_config(kind: str):
-    import peft
-
-    if kind == "lora":
-        return peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    if kind == "lora_bert":
-        return peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], task_type="SEQ_CLS")
-    if kind == "prompt":
-        return peft.PromptTuningConfig(num_virtual_tokens=4, task_type="CAUSAL_LM")
-    if kind == "ia3":
-        return peft.IA3Config(
-            target_modules=["k_proj", "v_proj", "down_proj"],
-            feedforward_modules=["down_proj"],
-            task_type="CAUSAL_LM",
-        )
-    raise ValueError(kind)
+    return zoo.bert_like("Bert", "SequenceClassification")
 
 
 PEFT_KINDS = ("lora", "lora_bert", "prompt", "ia3")
@@ -219,7 +101,7 @@ def peft_model(kind: str, seed: int = 0, base_seed: int = 0) -> nn.Module:
 
     base = tiny_bert_classifier(base_seed) if kind == "lora_bert" else tiny_llama(base_seed)
     torch.manual_seed(seed)
-    return peft.get_peft_model(base, _peft_config(kind))
+    return peft.get_peft_model(base, zoo.peft_config("lora-encoder" if kind == "lora_bert" else kind))
 
 
 def peft_data(kind: str, n: int = 16, seed: int = 0) -> list[dict[str, torch.Tensor]]:

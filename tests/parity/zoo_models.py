@@ -16,7 +16,20 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ROWS", "ZooRow", "collate", "freeze_batch_norm", "row"]
+__all__ = [
+    "ROWS",
+    "ZooRow",
+    "bert_like",
+    "collate",
+    "freeze_batch_norm",
+    "llama_like",
+    "llava",
+    "moe",
+    "neox",
+    "peft_config",
+    "row",
+    "vision",
+]
 
 VOCAB, SEQ = 96, 10
 
@@ -54,7 +67,7 @@ def _seeded(build: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
 
 
 # --- configs ----------------------------------------------------------------------------------
-def _llama_like(name: str, **extra: Any) -> Any:
+def llama_like(name: str, **extra: Any) -> Any:
     config_class = getattr(_t(), f"{name}Config")
     kwargs = dict(
         hidden_size=32,
@@ -90,7 +103,7 @@ def _gpt2() -> nn.Module:
     return model
 
 
-def _neox() -> nn.Module:
+def neox() -> nn.Module:
     t = _t()
     config = t.GPTNeoXConfig(
         hidden_size=32,
@@ -105,12 +118,12 @@ def _neox() -> nn.Module:
     return t.GPTNeoXForCausalLM(config)
 
 
-def _moe(name: str) -> nn.Module:
+def moe(name: str) -> nn.Module:
     t = _t()
     if name == "Mixtral":
-        config = _llama_like("Mixtral", num_local_experts=4, num_experts_per_tok=2, output_router_logits=True)
+        config = llama_like("Mixtral", num_local_experts=4, num_experts_per_tok=2, output_router_logits=True)
         return t.MixtralForCausalLM(config)
-    config = _llama_like(
+    config = llama_like(
         "Qwen2Moe",
         num_experts=4,
         num_experts_per_tok=2,
@@ -122,7 +135,7 @@ def _moe(name: str) -> nn.Module:
     return t.Qwen2MoeForCausalLM(config)
 
 
-def _bert_like(name: str, head: str) -> nn.Module:
+def bert_like(name: str, head: str) -> nn.Module:
     t = _t()
     common = dict(vocab_size=VOCAB, num_labels=3, max_position_embeddings=64, pad_token_id=0)
     if name == "DistilBert":
@@ -216,7 +229,7 @@ def _whisper() -> nn.Module:
     return t.WhisperForConditionalGeneration(config)
 
 
-def _vision(name: str) -> nn.Module:
+def vision(name: str) -> nn.Module:
     t = _t()
     common = dict(num_labels=3, num_channels=3)
     if name == "ViT":
@@ -320,7 +333,7 @@ LLAVA_IMAGE_TOKEN = VOCAB - 1
 LLAVA_PATCHES = 4  # (image_size / patch_size) ** 2, the CLS feature dropped
 
 
-def _llava() -> nn.Module:
+def llava() -> nn.Module:
     t = _t()
     vision = t.CLIPVisionConfig(
         image_size=8,
@@ -331,7 +344,7 @@ def _llava() -> nn.Module:
         num_attention_heads=2,
         projection_dim=16,
     )
-    text = _llama_like("Llama")
+    text = llama_like("Llama")
     config = t.LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -346,36 +359,38 @@ def _peft_base(kind: str) -> nn.Module:
     """The base model of a PEFT row, seeded as the row builds it (an adapter checkpoint holds no base weights)."""
     torch.manual_seed(0)
     if kind == "lora-encoder":
-        return _bert_like("Bert", "SequenceClassification")
-    return _t().LlamaForCausalLM(_llama_like("Llama"))
+        return bert_like("Bert", "SequenceClassification")
+    return _t().LlamaForCausalLM(llama_like("Llama"))
+
+
+def peft_config(kind: str) -> Any:
+    """The adapter of a PEFT row: ``lora`` (q/v of a decoder), ``lora-encoder`` (query/value of an encoder
+    classifier), ``prompt`` (prompt tuning) or ``ia3``."""
+    import peft
+
+    if kind == "lora-encoder":
+        return peft.LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"])
+    if kind == "lora":
+        return peft.LoraConfig(task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    if kind == "prompt":
+        return peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+    if kind == "ia3":
+        return peft.IA3Config(
+            task_type="CAUSAL_LM",
+            target_modules=["k_proj", "v_proj", "down_proj"],
+            feedforward_modules=["down_proj"],
+        )
+    raise ValueError(f"no PEFT row kind {kind!r}")
 
 
 def _peft(kind: str) -> nn.Module:
     import peft
 
-    base = _peft_base(kind)
-    if kind == "lora-encoder":
-        config: Any = peft.LoraConfig(
-            task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=["query", "value"]
-        )
-    else:
-        if kind == "lora":
-            config = peft.LoraConfig(
-                task_type="CAUSAL_LM", r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]
-            )
-        elif kind == "prompt":
-            config = peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
-        else:
-            config = peft.IA3Config(
-                task_type="CAUSAL_LM",
-                target_modules=["k_proj", "v_proj", "down_proj"],
-                feedforward_modules=["down_proj"],
-            )
-    return peft.get_peft_model(base, config)
+    return peft.get_peft_model(_peft_base(kind), peft_config(kind))
 
 
 def _llama() -> nn.Module:
-    return _t().LlamaForCausalLM(_llama_like("Llama"))
+    return _t().LlamaForCausalLM(llama_like("Llama"))
 
 
 # --- data ---------------------------------------------------------------------------------------
@@ -544,66 +559,64 @@ ROWS: list[ZooRow] = [
     # decoder LMs (their loss divides by num_items_in_batch, as transformers assumes)
     ZooRow("gpt2", _m(_gpt2), _CAUSAL, "causal_lm"),
     ZooRow("llama", _m(_llama), _CAUSAL, "causal_lm"),
-    ZooRow("mistral", _m(lambda: _t().MistralForCausalLM(_llama_like("Mistral"))), _CAUSAL, "causal_lm"),
-    ZooRow("qwen2", _m(lambda: _t().Qwen2ForCausalLM(_llama_like("Qwen2"))), _CAUSAL, "causal_lm"),
-    ZooRow("gemma", _m(lambda: _t().GemmaForCausalLM(_llama_like("Gemma"))), _CAUSAL, "causal_lm"),
-    ZooRow("gpt_neox", _m(_neox), _CAUSAL, "causal_lm"),
+    ZooRow("mistral", _m(lambda: _t().MistralForCausalLM(llama_like("Mistral"))), _CAUSAL, "causal_lm"),
+    ZooRow("qwen2", _m(lambda: _t().Qwen2ForCausalLM(llama_like("Qwen2"))), _CAUSAL, "causal_lm"),
+    ZooRow("gemma", _m(lambda: _t().GemmaForCausalLM(llama_like("Gemma"))), _CAUSAL, "causal_lm"),
+    ZooRow("gpt_neox", _m(neox), _CAUSAL, "causal_lm"),
     # MoE LMs (router auxiliary loss on)
-    ZooRow("mixtral", _m(lambda: _moe("Mixtral")), _CAUSAL, "moe_lm"),
-    ZooRow("qwen2_moe", _m(lambda: _moe("Qwen2Moe")), _CAUSAL, "moe_lm"),
+    ZooRow("mixtral", _m(lambda: moe("Mixtral")), _CAUSAL, "moe_lm"),
+    ZooRow("qwen2_moe", _m(lambda: moe("Qwen2Moe")), _CAUSAL, "moe_lm"),
     # encoders: sequence and token heads (a mean over their own micro-batch)
+    ZooRow("bert_seq", _m(lambda: bert_like("Bert", "SequenceClassification")), _SEQ, "seq_cls", mean_oracle),
     ZooRow(
-        "bert_seq", _m(lambda: _bert_like("Bert", "SequenceClassification")), _SEQ, "seq_cls", mean_oracle
+        "bert_token", _m(lambda: bert_like("Bert", "TokenClassification")), _TOK, "token_cls", mean_oracle
     ),
-    ZooRow(
-        "bert_token", _m(lambda: _bert_like("Bert", "TokenClassification")), _TOK, "token_cls", mean_oracle
-    ),
-    ZooRow("bert_mlm", _m(lambda: _bert_like("Bert", "MaskedLM")), _rows(_masked), "masked_lm", mean_oracle),
+    ZooRow("bert_mlm", _m(lambda: bert_like("Bert", "MaskedLM")), _rows(_masked), "masked_lm", mean_oracle),
     ZooRow(
         "roberta_seq",
-        _m(lambda: _bert_like("Roberta", "SequenceClassification")),
+        _m(lambda: bert_like("Roberta", "SequenceClassification")),
         _SEQ,
         "seq_cls",
         mean_oracle,
     ),
     ZooRow(
         "distilbert_seq",
-        _m(lambda: _bert_like("DistilBert", "SequenceClassification")),
+        _m(lambda: bert_like("DistilBert", "SequenceClassification")),
         _SEQ,
         "seq_cls",
         mean_oracle,
     ),
     ZooRow(
         "llama_seq",
-        _m(lambda: _t().LlamaForSequenceClassification(_llama_like("Llama", num_labels=3))),
+        _m(lambda: _t().LlamaForSequenceClassification(llama_like("Llama", num_labels=3))),
         _SEQ,
         "seq_cls",
         mean_oracle,
     ),
     ZooRow(
         "mistral_seq",
-        _m(lambda: _t().MistralForSequenceClassification(_llama_like("Mistral", num_labels=3))),
+        _m(lambda: _t().MistralForSequenceClassification(llama_like("Mistral", num_labels=3))),
         _SEQ,
         "seq_cls",
         mean_oracle,
     ),
     ZooRow(
         "gemma_seq",
-        _m(lambda: _t().GemmaForSequenceClassification(_llama_like("Gemma", num_labels=3))),
+        _m(lambda: _t().GemmaForSequenceClassification(llama_like("Gemma", num_labels=3))),
         _SEQ,
         "seq_cls",
         mean_oracle,
     ),
     ZooRow(
         "qwen2_token",
-        _m(lambda: _t().Qwen2ForTokenClassification(_llama_like("Qwen2", num_labels=3))),
+        _m(lambda: _t().Qwen2ForTokenClassification(llama_like("Qwen2", num_labels=3))),
         _TOK,
         "token_cls",
         mean_oracle,
     ),
     ZooRow(
         "llama_token",
-        _m(lambda: _t().LlamaForTokenClassification(_llama_like("Llama", num_labels=3))),
+        _m(lambda: _t().LlamaForTokenClassification(llama_like("Llama", num_labels=3))),
         _TOK,
         "token_cls",
         mean_oracle,
@@ -613,25 +626,25 @@ ROWS: list[ZooRow] = [
     ZooRow("bart", _m(_bart), _rows(_seq2seq), "seq2seq", mean_oracle, seq2seq_collator(2, 1)),
     ZooRow("whisper", _m(_whisper), _rows(_speech2text), "seq2seq", mean_oracle, seq2seq_collator(1, 0)),
     # vision classification
-    ZooRow("vit", _m(lambda: _vision("ViT")), _rows(_image(16)), "image_cls"),
+    ZooRow("vit", _m(lambda: vision("ViT")), _rows(_image(16)), "image_cls"),
     ZooRow(
-        "resnet", _m(lambda: _vision("ResNet")), _rows(_image(16)), "image_cls", mean_oracle, batch_norm=True
+        "resnet", _m(lambda: vision("ResNet")), _rows(_image(16)), "image_cls", mean_oracle, batch_norm=True
     ),
     ZooRow(
         "mobilenet_v2",
-        _m(lambda: _vision("MobileNetV2")),
+        _m(lambda: vision("MobileNetV2")),
         _rows(_image(16)),
         "image_cls",
         mean_oracle,
         batch_norm=True,
     ),
-    ZooRow("convnext", _m(lambda: _vision("ConvNext")), _rows(_image(16)), "image_cls"),
+    ZooRow("convnext", _m(lambda: vision("ConvNext")), _rows(_image(16)), "image_cls"),
     ZooRow(
-        "regnet", _m(lambda: _vision("RegNet")), _rows(_image(16)), "image_cls", mean_oracle, batch_norm=True
+        "regnet", _m(lambda: vision("RegNet")), _rows(_image(16)), "image_cls", mean_oracle, batch_norm=True
     ),
     ZooRow(
         "efficientnet",
-        _m(lambda: _vision("EfficientNet")),
+        _m(lambda: vision("EfficientNet")),
         _rows(_image(16)),
         "image_cls",
         mean_oracle,
@@ -648,7 +661,7 @@ ROWS: list[ZooRow] = [
     ),
     # contrastive, vision-language
     ZooRow("clip", _m(_clip), _rows(_image_text), "contrastive"),
-    ZooRow("llava", _m(_llava), _rows(_llava_row), "vlm", ignore_keys=["cache", "image_outputs"]),
+    ZooRow("llava", _m(llava), _rows(_llava_row), "vlm", ignore_keys=["cache", "image_outputs"]),
     # wrappers
     ZooRow("llama_lora", _m(lambda: _peft("lora")), _CAUSAL, "causal_lm", peft=lambda: _peft_base("lora")),
     ZooRow(
