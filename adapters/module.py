@@ -372,13 +372,11 @@ class HFModule(L.LightningModule):
     def count_items(self, window: Sequence[Mapping[str, Any]]) -> torch.Tensor | None:
         """``num_items_in_batch`` of a window (summed over ranks when averaging tokens); probes the loss rule."""
         probe = self.model if self.settings.torch_compile else self.train_model  # compiled: the plain model
-        count = self.loss_settings.count(probe, window)
-        if count is None:
-            return None
-        count = count.to(self.device)
-        if self.settings.average_tokens_across_devices and self.trainer.world_size > 1:
-            count = self.trainer.strategy.reduce(count, reduce_op="sum")
-        return count
+        strategy = self.trainer.strategy
+        reduce_sum = (
+            (lambda count: strategy.reduce(count, reduce_op="sum")) if self.trainer.world_size > 1 else None
+        )
+        return self.loss_settings.step_items(probe, window, reduce_sum, device=self.device)
 
     def current_learning_rate(self) -> float:
         """The learning rate of the first parameter group as the scheduler last set it."""

@@ -13,6 +13,7 @@ from hf_lightning import Trainer, TrainerState, TrainingArguments
 from hf_lightning.adapters import HFCheckpoint, HFModule
 from hf_lightning.adapters.callbacks.logging import tracker_name
 from hf_lightning.adapters.loggers import LoggerSpec
+from hf_lightning.loss import LossSettings
 from hf_lightning.optim import current_learning_rate, get_scheduler
 
 # --- the learning rate a step logs ------------------------------------------------------------------
@@ -162,3 +163,42 @@ def test_a_loggers_class_names_back_the_report_to_value_it_was_built_for(name) -
     """``tracker_name`` reads the same table ``LoggerSpec`` builds from: class and ``report_to`` name agree."""
     logger_class = LoggerSpec(name, ()).logger_class
     assert tracker_name(type(logger_class, (), {})()) == name
+
+
+# --- the items a step counts (num_items_in_batch) ---------------------------------------------------
+
+
+def _counting_rows() -> list[dict[str, torch.Tensor]]:
+    labels = torch.arange(24).reshape(2, 12) % 50
+    labels[0, :5] = -100  # rows of 7 and 11 targets after the shift
+    return [{"input_ids": labels.clamp(min=0), "labels": labels}]
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_a_steps_items_are_summed_over_processes_only_when_averaging(average) -> None:
+    """``LossSettings.step_items``: the window's targets, through ``reduce_sum`` only when averaging tokens."""
+    settings = LossSettings(
+        accepts_loss_kwargs=True, shift_labels=True, average_tokens_across_devices=average
+    )
+    window = _counting_rows() * 2
+    assert int(settings.step_items(nn.Linear(1, 1), window, None)) == 36
+    assert int(settings.step_items(nn.Linear(1, 1), window, lambda count: count * 2)) == (
+        72 if average else 36
+    )
+
+
+@pytest.mark.parametrize("average", [True, False])
+def test_trainer_and_hf_module_count_the_same_items(tmp_path, average) -> None:
+    """``Trainer.get_batch_samples`` and ``HFModule.count_items`` build one ``LossSettings`` and count alike."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16))
+    args = TrainingArguments(
+        str(tmp_path), use_cpu=True, report_to="none", average_tokens_across_devices=average
+    )
+    trainer = Trainer(model, args)
+    _, trainer_count = trainer.get_batch_samples(iter(_counting_rows() * 2), 2, torch.device("cpu"))
+    module = HFModule(model, args)
+    module._trainer = SimpleNamespace(world_size=1, strategy=None)  # one process, as a fit would attach
+    assert trainer.compute_loss_func is None and module.loss_settings.compute_loss_func is None
+    assert int(trainer_count) == int(module.count_items(_counting_rows() * 2)) == 36

@@ -152,19 +152,24 @@ class LossSettings:
         model: nn.Module,
         *,
         label_smoothing_factor: float = 0.0,
+        label_smoother: LabelSmoother | None = None,
         compute_loss_func: Callable[..., torch.Tensor] | None = None,
         average_tokens_across_devices: bool = True,
         world_size: int = 1,
         shift_labels: bool | None = None,
         accepts_loss_kwargs: bool | None = None,
     ) -> LossSettings:
-        """Settings for ``model``; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win over the model's answer."""
+        """Settings for ``model``; explicit ``shift_labels`` / ``accepts_loss_kwargs`` win over the model's answer,
+        a ``label_smoother`` already built over ``label_smoothing_factor``. Both training paths build theirs
+        here: ``hf_lightning.Trainer`` (``trainer/steps.py``) and ``HFModule``."""
+        if label_smoother is None and label_smoothing_factor:
+            label_smoother = LabelSmoother(label_smoothing_factor)
         return cls(
             accepts_loss_kwargs=(
                 model_accepts_loss_kwargs(model) if accepts_loss_kwargs is None else accepts_loss_kwargs
             ),
             shift_labels=shift_labels,
-            label_smoother=LabelSmoother(label_smoothing_factor) if label_smoothing_factor else None,
+            label_smoother=label_smoother,
             compute_loss_func=compute_loss_func,
             average_tokens_across_devices=average_tokens_across_devices,
             world_size=world_size,
@@ -193,6 +198,24 @@ class LossSettings:
         if shift is None:
             shift = self.rule(model, batches[0]).shift_labels
         return count_items_in_batch(batches, shift_labels=shift)
+
+    def step_items(
+        self,
+        model: nn.Module,
+        batches: Sequence[Mapping[str, Any]],
+        reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None,
+        device: Any = None,
+    ) -> torch.Tensor | None:
+        """``num_items_in_batch`` of one optimizer step: this process's count of its window, summed over the
+        processes by ``reduce_sum`` when ``average_tokens_across_devices`` (None: a single process), on ``device``
+        when given. The one rule of both training paths (``trainer/steps.py``'s ``get_batch_samples`` and
+        ``HFModule``)."""
+        count = self.count(model, batches)
+        if count is not None and device is not None:
+            count = count.to(device)
+        if count is not None and self.average_tokens_across_devices and reduce_sum is not None:
+            count = reduce_sum(count)
+        return count
 
     def loss_is_scaled_for_ga(self, num_items_in_batch: Any) -> bool:
         """Whether the loss is already normalised over the window (else it is divided by the window size)."""

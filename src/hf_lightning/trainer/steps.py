@@ -98,7 +98,8 @@ class BatchSteps:
     def loss_settings(self, label_smoother: LabelSmoother | None = None) -> LossSettings:
         """The loss settings of the Trainer's model (its rule is asked of the model at the first batch)."""
         t = self.trainer
-        return LossSettings(
+        return LossSettings.for_model(
+            t.model,
             accepts_loss_kwargs=t.model_accepts_loss_kwargs,
             shift_labels=t.loss_shifts_labels,
             label_smoother=label_smoother,
@@ -122,9 +123,9 @@ class BatchSteps:
                 batches.append(next(epoch_iterator))
             except StopIteration:
                 break
-        count = self.loss_settings().count(t.model, batches)
-        if count is not None and t.args.average_tokens_across_devices:
-            count = t.accelerator.reduce(count, "sum")
+        processes = t.accelerator.num_processes
+        reduce_sum = (lambda count: t.accelerator.reduce(count, "sum")) if processes > 1 else None
+        count = self.loss_settings().step_items(t.model, batches, reduce_sum)
         return batches, count if count is None or device is None else count.to(device)
 
 
