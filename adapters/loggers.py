@@ -30,11 +30,12 @@ installed; ``"none"`` means no logger.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from hf_lightning.args import trackers
 
 __all__ = [
     "CALLBACK_REPORTERS",
@@ -45,15 +46,15 @@ __all__ = [
     "normalize_report_to",
 ]
 
-# name -> (Lightning logger class, importable modules (any one suffices), pip package)
-_LOGGERS: dict[str, tuple[str, tuple[str, ...], str | None]] = {
-    "tensorboard": ("TensorBoardLogger", ("tensorboard", "tensorboardX"), "tensorboard"),
-    "csv": ("CSVLogger", (), None),
-    "mlflow": ("MLFlowLogger", ("mlflow",), "mlflow"),
-    "wandb": ("WandbLogger", ("wandb",), "wandb"),
-    "comet_ml": ("CometLogger", ("comet_ml",), "comet-ml"),
+# name -> Lightning logger class (what each needs installed: ``hf_lightning.args.trackers``)
+_LOGGERS: dict[str, str] = {
+    "tensorboard": "TensorBoardLogger",
+    "csv": "CSVLogger",
+    "mlflow": "MLFlowLogger",
+    "wandb": "WandbLogger",
+    "comet_ml": "CometLogger",
 }
-TRACKER_OF_LOGGER_CLASS = {logger_class: name for name, (logger_class, _, _) in _LOGGERS.items()}
+TRACKER_OF_LOGGER_CLASS = {logger_class: name for name, logger_class in _LOGGERS.items()}
 """The ``report_to`` name of each Lightning logger class above (``TensorBoardLogger`` -> "tensorboard")."""
 CALLBACK_REPORTERS = ("kubeflow", "trackio")
 """``report_to`` values carried by an HF callback alone (no Lightning logger): ``KubeflowCallback``,
@@ -76,7 +77,7 @@ class LoggerSpec:
     @property
     def logger_class(self) -> str:
         """The name of the Lightning logger class."""
-        return _LOGGERS[self.name][0]
+        return _LOGGERS[self.name]
 
     def build(self) -> Any:
         """Construct the Lightning logger."""
@@ -98,11 +99,6 @@ def _value_error(value: Any) -> ValueError:
     )
 
 
-def _installed(name: str) -> bool:
-    modules = _LOGGERS[name][1]
-    return not modules or any(importlib.util.find_spec(module) is not None for module in modules)
-
-
 def normalize_report_to(report_to: Any) -> tuple[str, ...]:
     """``report_to`` as a tuple of supported names: ``"none"``/``None`` → ``()``, ``"all"`` → installed ones."""
     if report_to is None:
@@ -113,7 +109,7 @@ def normalize_report_to(report_to: Any) -> tuple[str, ...]:
         if item == "none":
             continue
         if item == "all":
-            candidates = [name for name in _LOGGERS if name != "csv" and _installed(name)]
+            candidates = [name for name in _LOGGERS if name != "csv" and trackers.installed(name)]
         elif isinstance(item, str) and item in REPORTERS:
             candidates = [item]
         else:
@@ -123,9 +119,9 @@ def normalize_report_to(report_to: Any) -> tuple[str, ...]:
 
 
 def _require_installed(name: str) -> None:
-    if not _installed(name):
+    if not trackers.installed(name):
         raise ImportError(
-            f"`TrainingArguments(report_to={name!r})` needs the {name} package: pip install {_LOGGERS[name][2]}"
+            f"`TrainingArguments(report_to={name!r})` needs the {name} package: pip install {trackers.pip_package(name)}"
         )
 
 

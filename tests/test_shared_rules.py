@@ -202,3 +202,27 @@ def test_trainer_and_hf_module_count_the_same_items(tmp_path, average) -> None:
     module._trainer = SimpleNamespace(world_size=1, strategy=None)  # one process, as a fit would attach
     assert trainer.compute_loss_func is None and module.loss_settings.compute_loss_func is None
     assert int(trainer_count) == int(module.count_items(_counting_rows() * 2)) == 36
+
+
+# --- what "installed" means for a tracker -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("present", "expected"), [({"tensorboardX"}, True), (set(), False)])
+def test_report_to_all_and_the_loggers_agree_on_an_installed_tracker(monkeypatch, present, expected) -> None:
+    """``report_to="all"`` (the arguments) and the Lightning logger builder (the engine) ask one table: with
+    only tensorboardX importable, tensorboard counts as installed for both; with neither, for neither."""
+    import importlib.util
+
+    from hf_lightning.adapters import loggers
+    from hf_lightning.args import trackers
+
+    real = importlib.util.find_spec
+    hidden = {"tensorboard", "tensorboardX"} - present
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a)
+    )
+    assert ("tensorboard" in trackers.available_integrations()) is expected
+    assert ("tensorboard" in loggers.normalize_report_to("all")) is expected
+    if not expected:
+        with pytest.raises(ImportError, match="pip install tensorboard"):
+            loggers._require_installed("tensorboard")

@@ -6,7 +6,6 @@ are returned as messages so the rule table can report them together with the res
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from hf_lightning.args.enums import (
     SchedulerType,
 )
 from hf_lightning.args.fsdp import normalize_fsdp
+from hf_lightning.args.trackers import available_integrations
 from hf_lightning.args.validate import check_types
 from hf_lightning.best_metric import default_greater_is_better
 
@@ -50,21 +50,6 @@ ACCELERATOR_CONFIG_DEFAULTS: dict[str, Any] = {
     "non_blocking": False,
     "gradient_accumulation_kwargs": None,
 }
-
-# Reporting integrations in transformers' order, each with the modules that must be importable.
-_INTEGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("comet_ml", ("comet_ml",)),
-    ("dagshub", ("dagshub", "mlflow")),
-    ("dvclive", ("dvclive",)),
-    ("mlflow", ("mlflow",)),
-    ("neptune", ("neptune",)),
-    ("tensorboard", ("tensorboard",)),
-    ("wandb", ("wandb",)),
-    ("codecarbon", ("codecarbon",)),
-    ("clearml", ("clearml",)),
-    ("swanlab", ("swanlab",)),
-    ("trackio", ("trackio",)),
-)
 
 
 def normalize(args: Any) -> list[str]:
@@ -216,30 +201,6 @@ def is_kubeflow_available(env: Mapping[str, str] | None = None) -> bool:
     if env.get("DISABLE_KUBEFLOW_INTEGRATION", "FALSE").upper() == "TRUE":
         return False
     return env.get(KUBEFLOW_SERVER_URL_ENV) is not None
-
-
-def available_integrations() -> list[str]:
-    """Reporting integrations whose packages are installed, in transformers' order."""
-    found = []
-    for name, modules in _INTEGRATIONS:
-        if name == "tensorboard":
-            ok = _has("tensorboard") or _has("tensorboardX")
-        elif name in ("mlflow", "dagshub") and os.getenv("DISABLE_MLFLOW_INTEGRATION", "").upper() == "TRUE":
-            ok = False
-        else:
-            ok = all(_has(m) for m in modules)
-        if ok:
-            found.append(name)
-    if _has("azureml") and _has("azureml.core") and not _has("mlflow"):
-        found.insert(0, "azure_ml")
-    return found
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _accelerator_config(args: Any) -> list[str]:
