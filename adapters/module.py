@@ -20,10 +20,9 @@ transformers' semantics under a plain ``lightning.Trainer``:
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import lightning as L
 import torch
@@ -35,6 +34,7 @@ from hf_lightning.loss import LossSettings, compute_model_loss
 from hf_lightning.optim.optimizers import current_learning_rate
 from hf_lightning.optim.schedulers import steps_per_update
 
+from . import speedups
 from .grad_clipping import ClipOrder
 from .module_checks import (
     batch_rows,
@@ -43,14 +43,11 @@ from .module_checks import (
     check_windows_are_sharded,
     refuse_lightning_accumulation,
 )
-from .plain_backward import plain_backward_setup
 from .plan_groups import ModuleSettings, module_settings
 from .protocols import LoopDriver
 from .standalone_driver import StandaloneDriver
 
 __all__ = ["HFModule", "StandaloneDriver"]
-
-_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 class HFModule(L.LightningModule):
@@ -128,24 +125,9 @@ class HFModule(L.LightningModule):
             )
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        """``nn.Module.__setattr__`` with a fast path for plain values.
+    if TYPE_CHECKING:  # any value may be set on the module (``speedups.install`` puts the fast path here)
 
-        Lightning sets ``_current_fx_name`` around every hook call and this module keeps per-step
-        scalars; the generic path's Parameter/Module/Tensor checks cost ~3 us each, dozens of times
-        per step. Plain values that shadow no registered parameter, buffer or submodule are stored
-        directly (properties still run: ``object.__setattr__`` honours data descriptors).
-        """
-        if type(value) in _PLAIN_TYPES:
-            d = self.__dict__
-            if (
-                name not in d.get("_parameters", ())
-                and name not in d.get("_buffers", ())
-                and (name not in d.get("_modules", ()))
-            ):
-                object.__setattr__(self, name, value)
-                return
-        super().__setattr__(name, value)
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     # --- Lightning hooks -------------------------------------------------------------------
     def configure_callbacks(self) -> Any:
@@ -246,12 +228,8 @@ class HFModule(L.LightningModule):
         self.driver.on_step_end(self.last_grad_norm, learning_rate)
 
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
-        """Lightning's ``manual_backward``; a direct ``loss.backward()`` when nothing else would run.
-
-        On one device at 32-bit precision with no ``on_before/after_backward`` hook overridden,
-        Lightning's path (~40 us per micro-batch) ends in ``loss.backward()`` alone, so the call goes
-        straight to autograd; any other strategy, precision plugin or listening hook takes Lightning's.
-        """
+        """Lightning's ``manual_backward``; a direct ``loss.backward()`` when nothing else would run (the
+        ``backward`` speed trick, ``adapters/speedups.py``)."""
         if self._backward_is_plain():
             loss.backward(*args, **kwargs)
         else:
@@ -263,7 +241,7 @@ class HFModule(L.LightningModule):
             trainer = self._trainer
             if trainer is None:
                 return False  # Lightning's path raises its own error
-            plain = self._plain_backward = plain_backward_setup(self, trainer)
+            plain = self._plain_backward = speedups.plain_backward_setup(self, trainer)
         return plain
 
     def teardown(self, stage: str) -> None:
@@ -390,6 +368,4 @@ _SCHEDULER_KEY = "hf_lr_scheduler"  # the HF scheduler's state in a Lightning ch
 # marked so, Lightning sees no overridden data hook and does not warn at every fit with a DataModule.
 HFModule.transfer_batch_to_device.__wrapped__ = L.LightningModule.transfer_batch_to_device  # type: ignore[attr-defined]
 
-# Lightning reads the signature of ``training_step`` at every batch (does it take ``batch_idx``?);
-# computed once here, as PEP 362 allows, instead of from the code object each time (~15 us a step).
-HFModule.training_step.__signature__ = inspect.signature(HFModule.training_step)  # type: ignore[attr-defined]
+speedups.install(HFModule)  # the step's speed tricks (adapters/speedups.py)

@@ -24,6 +24,10 @@ and their ratios are the paired figures:
 with ``git archive`` into a temporary folder that its process imports first), so a change to
 hf_lightning is compared with the code before it in the same cycles (the "vs baseline" column:
 median over cycles of this block / the baseline's block).
+
+``--speedups-off NAMES`` adds a process of hf_lightning with those speed tricks of
+``hf_lightning/adapters/speedups.py`` turned off (``setattr,signature,backward``, or ``all``): its row beside
+hf_lightning's is what the tricks save.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ WARMUP_STEPS = 3
 MARK = "@@bench "
 BASELINE = "hf_lightning.Trainer (baseline)"
 BASELINE_TREE_ENV = "HF_LIGHTNING_BENCH_BASELINE_TREE"
+SPEEDUPS_OFF = "hf_lightning.Trainer (speedups off)"
+SPEEDUPS_OFF_ENV = "HF_LIGHTNING_SPEEDUPS_OFF"  # read by hf_lightning/adapters/speedups.py at import
+_CHILD_ENV: dict[str, dict[str, str]] = {}
+"""Extra environment of a framework's process (the baseline's tree, the speed tricks turned off)."""
 
 
 def make_model(w):
@@ -223,7 +231,8 @@ def serve(framework: str, workload: str, block: int, blocks: int) -> None:
     warnings.filterwarnings("ignore")
     if framework == BASELINE:  # import the baseline's hf_lightning before the installed one
         sys.path.insert(0, os.environ[BASELINE_TREE_ENV])
-        RUNNERS[BASELINE] = run_ours
+    if framework in (BASELINE, SPEEDUPS_OFF):
+        RUNNERS[framework] = run_ours
     RUNNERS[framework](WORKLOADS[workload], Pacer(block, blocks))
 
 
@@ -269,7 +278,7 @@ def run_round(workload: str, block: int, cycles: int, order: random.Random) -> d
     """Start the frameworks one after another, then let them take turns for ``cycles`` cycles."""
     children, startup = {}, {}
     for fw in order.sample(list(RUNNERS), len(RUNNERS)):
-        child = Child(fw, workload, block, cycles, _baseline_env() if fw == BASELINE else None)
+        child = Child(fw, workload, block, cycles, _CHILD_ENV.get(fw))
         startup[fw] = child.read()["first_step_end"] - child.started
         children[fw] = child
     steps: dict[str, list[float]] = {fw: [] for fw in RUNNERS}
@@ -279,13 +288,6 @@ def run_round(workload: str, block: int, cycles: int, order: random.Random) -> d
             if cycle == cycles - 1:  # its last turn: let it exit before the next one runs
                 children[fw].finish()
     return {fw: {"startup": startup[fw], "steps": steps[fw]} for fw in RUNNERS}
-
-
-_BASELINE_TREE: list[str] = []
-
-
-def _baseline_env() -> dict[str, str]:
-    return {BASELINE_TREE_ENV: _BASELINE_TREE[0]}
 
 
 def build_baseline_tree(ref: str, folder: str) -> str:
@@ -363,6 +365,9 @@ def main() -> None:
     parser.add_argument("--json", help="also write every block's s/step and every start-up here")
     parser.add_argument("--baseline", metavar="REF", help="also run hf_lightning as of this git commit")
     parser.add_argument(
+        "--speedups-off", metavar="NAMES", help="also run hf_lightning with these speed tricks off (or all)"
+    )
+    parser.add_argument(
         "--serve", nargs=4, metavar=("FRAMEWORK", "WORKLOAD", "BLOCK", "BLOCKS"), help=argparse.SUPPRESS
     )
     cli = parser.parse_args()
@@ -377,9 +382,14 @@ def main() -> None:
     )
     rule = "|---|---|---:|---:|---:|---:|---:|---:|"
     if cli.baseline:
-        _BASELINE_TREE.append(build_baseline_tree(cli.baseline, tempfile.mkdtemp(prefix="bench-baseline-")))
+        tree = build_baseline_tree(cli.baseline, tempfile.mkdtemp(prefix="bench-baseline-"))
+        _CHILD_ENV[BASELINE] = {BASELINE_TREE_ENV: tree}
         RUNNERS[BASELINE] = run_ours
         header, rule = header + " vs baseline |", rule + "---:|"
+    if cli.speedups_off:
+        names = "setattr,signature,backward" if cli.speedups_off == "all" else cli.speedups_off
+        _CHILD_ENV[SPEEDUPS_OFF] = {SPEEDUPS_OFF_ENV: names}
+        RUNNERS[SPEEDUPS_OFF] = run_ours
     print(header)
     print(rule)
     record = {}
