@@ -18,6 +18,12 @@ without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume
 fresh process calls ``train(resume_from_checkpoint=True)`` on that run's output and stops after the
 first step. The speed of the manifest's checksum (XXH3-128) against SHA-256 is printed first.
 
+The **plain durable write**: in every round, after the runs, as many bytes as one of hf_lightning's
+checkpoints holds are written into the same folder in 4 MiB blocks, timed to the end of the ``write``
+calls (the bytes in the page cache: what a save that never flushes costs, such as transformers') and to
+the end of one ``fdatasync`` after them (the bytes on the disk: what a durable save costs that does not
+overlap its writing with the disk's).
+
 Reported per library (medians over rounds, and the median of the per-round ratios to transformers):
 
 - **save s**: seconds inside ``_save_checkpoint`` per save, the first save apart; for a background save
@@ -161,9 +167,38 @@ def run_round(cli: argparse.Namespace, order: random.Random) -> dict[str, dict]:
         print(f"  {name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)
     for name in order.sample(["transformers", "hf_lightning", "hf_lightning background"], 3):
         results[name].update(_child("--serve-resume", RUNS[name][0], folders[name], *common))
+    results["disk"] = disk_floor(_checkpoint_bytes(folders["hf_lightning"]), folders["hf_lightning"])
     for folder in folders.values():
         shutil.rmtree(folder, ignore_errors=True)
     return results
+
+
+def _checkpoint_bytes(out: str) -> int:
+    """The bytes of the newest ``checkpoint-N`` in ``out``."""
+    newest = max(
+        (n for n in os.listdir(out) if n.startswith("checkpoint-")), key=lambda n: int(n.split("-")[1])
+    )
+    return sum(
+        os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(out, newest)) for f in fs
+    )
+
+
+def disk_floor(size: int, folder: str) -> dict:
+    """Seconds to write ``size`` bytes into ``folder``: into the page cache, and until one fdatasync ends."""
+    block = os.urandom(4 << 20)
+    path = os.path.join(folder, "disk-floor.bin")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        started = time.perf_counter()
+        for _ in range(-(-size // len(block))):
+            os.write(fd, block)
+        cached = time.perf_counter() - started
+        (getattr(os, "fdatasync", None) or os.fsync)(fd)
+        durable = time.perf_counter() - started
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return {"bytes": size, "page_cache": cached, "durable": durable}
 
 
 def _later_saves(result: dict) -> float:
@@ -195,6 +230,19 @@ def summarize(rounds: list[dict[str, dict]], saves: int) -> list[str]:
             f"{statistics.median(r[name]['resume_rss'] for r in rounds):.0f} |"
         )
     return rows
+
+
+def disk_summary(rounds: list[dict[str, dict]]) -> str:
+    """The plain durable write against each library's synchronous save (medians over rounds)."""
+    disk = [r["disk"] for r in rounds]
+    durable = statistics.median(d["durable"] for d in disk)
+    ours = statistics.median(_later_saves(r["hf_lightning"]) / r["disk"]["durable"] for r in rounds)
+    theirs = statistics.median(_later_saves(r["transformers"]) / r["disk"]["durable"] for r in rounds)
+    return (
+        f"Plain durable write: {disk[0]['bytes'] / 1e6:.0f} MB written in {statistics.median(d['page_cache'] for d in disk):.2f} s "
+        f"into the page cache, {durable:.2f} s until durable (one fdatasync); synchronous save / plain durable write: "
+        f"hf_lightning {ours:.2f}x, transformers {theirs:.2f}x"
+    )
 
 
 def hash_speed(mib: int = 256) -> str:
@@ -248,6 +296,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in summarize(rounds, cli.saves):
         print(row)
+    print(disk_summary(rounds))
     if cli.json:
         with open(cli.json, "w") as handle:
             json.dump(rounds, handle, indent=1)

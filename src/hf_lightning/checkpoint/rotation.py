@@ -61,7 +61,7 @@ def loadable_best_checkpoint(best: str, log: logging.Logger) -> str:
     the model then keeps the weights of the last training step, and the caller says so.
     """
     try:
-        verify_model_files(best)  # checkpoint/verify.py: the manifest's sizes and SHA-256
+        verify_model_files(best)  # checkpoint/verify.py: the manifest's sizes and checksums
         return best
     except CheckpointError as exc:
         damage = exc
