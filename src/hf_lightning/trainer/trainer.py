@@ -7,8 +7,9 @@ calls the Trainer's overridable methods through the Trainer, so a user's overrid
 
     trainer.launcher     TrainLauncher      train.py          train(), the run-length arithmetic, NEFTune
     trainer.steps        BatchSteps         steps.py          training_step, compute_loss: one micro-batch
-    trainer.run          TrainingRun        run.py            one train()'s loss sum, logged step, clock;
-                                                              log / evaluate / save after each step
+    trainer.run          TrainingRun        run.py            the run object, fresh at each train(): state,
+                                                              control, loss sum, clock (the Trainer's
+                                                              names read it); log / evaluate / save
     trainer.optim        OptimizerSetup     optim.py          optimizer and scheduler creation
     trainer.loaders      DataLoaderBuilder  data.py           train / eval / test DataLoaders, samplers
     trainer.evaluations  Evaluator          evaluation.py     evaluate, predict, best metric
@@ -197,7 +198,7 @@ class Trainer:
         # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
         self.loss_shifts_labels: bool | None = None
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
-        self.current_gradient_accumulation_steps: int = 1
+        self.current_gradient_accumulation_steps = 1
 
     def _init_bookkeeping(self) -> None:
         self.control = TrainerControl()
