@@ -28,6 +28,10 @@ class TrainingRunPart(Protocol):
 
     trial: Any
     start_time: float
+    state: TrainerState
+    control: TrainerControl
+    deepspeed: Any
+    current_gradient_accumulation_steps: int
     window_items: Any
     """``num_items_in_batch`` of the current step's window (None when the model's loss counts none)."""
 

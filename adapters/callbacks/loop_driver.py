@@ -65,6 +65,8 @@ class TrainLoopDriver:
         steps_trained_in_current_epoch: int = 0,
     ) -> None:
         self.trainer = trainer
+        self.run = trainer.run
+        """The run object this fit moves forward (it holds ``state`` and ``control``)."""
         self.steps_in_epoch = steps_in_epoch
         self.epochs_trained = epochs_trained
         self.first_epoch_skip = steps_trained_in_current_epoch
@@ -86,7 +88,7 @@ class TrainLoopDriver:
     # --- helpers ---------------------------------------------------------------------------
     def _event(self, name: str, **kwargs: Any) -> None:
         t = self.trainer
-        t.control = getattr(t.callback_handler, name)(t.args, t.state, t.control, **kwargs)
+        self.run.control = getattr(t.callback_handler, name)(t.args, t.state, t.control, **kwargs)
 
     @property
     def epoch(self) -> int:
@@ -104,7 +106,7 @@ class TrainLoopDriver:
         t.model.zero_grad()
         engine = getattr(self.module.trainer.strategy, "deepspeed_engine", None)
         if engine is not None:  # transformers' trainer.deepspeed: the engine training the model
-            t.deepspeed = engine
+            self.run.deepspeed = engine
         t.run.start()
         for attr in ("model", "optimizer", "lr_scheduler"):
             setattr(t.callback_handler, attr, getattr(t, attr))
@@ -127,8 +129,8 @@ class TrainLoopDriver:
     def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
         t = self.trainer
         window = self.module.window_size
-        t.current_gradient_accumulation_steps = window
-        t.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
+        self.run.current_gradient_accumulation_steps = window
+        self.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
         # accelerate's sync_gradients: True on the micro-batch that completes the optimizer step
         t.accelerator.gradient_state.sync_gradients = self.micro_batch == window - 1
         return t.training_step(model, inputs, num_items_in_batch)
@@ -154,8 +156,8 @@ class TrainLoopDriver:
 
     def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None:
         t = self.trainer
-        t.state.global_step += 1
-        t.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
+        self.run.state.global_step += 1
+        self.run.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
         self.grad_norm, self.learning_rate = grad_norm, learning_rate
         t.run.after_optimizer_step(grad_norm)
         self._event("on_step_end")
@@ -169,7 +171,7 @@ class TrainLoopDriver:
         t = self.trainer
         if self.step < 0:  # the epoch yielded no batch: an error before the run's first step, else a warning
             t.run.empty_epoch()
-            t.control.should_training_stop = True
+            self.run.control.should_training_stop = True
         self._event("on_epoch_end")
         self._log_save_evaluate(self.grad_norm, self.learning_rate)
 

@@ -103,6 +103,14 @@ class CheckpointPolicy:
         """The folder ``resume_from_checkpoint=True`` just found intact, its files hashed once."""
         self.best_damaged = False  # load-best fell back: the end-of-training pruning deletes nothing
 
+    def verified(self, folder: str) -> None:
+        """``folder`` was just found intact (``resume_from_checkpoint=True``): not hashed again on load."""
+        self.content_checked = folder
+
+    def resume_at(self, folder: str) -> None:
+        """This ``train()`` resumes from ``folder``: its RNG (and scaler) state waits for the first epoch."""
+        self.resume_checkpoint, self.rng_pending = folder, "epoch"
+
     # --- saving ----------------------------------------------------------------------------
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """``Trainer.save_model``: the model, processing class and arguments (on the saving process)."""
@@ -214,8 +222,8 @@ class CheckpointPolicy:
         Called on every rank when the ranks agreed to stop after a SIGTERM. The step just saved by the
         regular schedule is not written twice. Returns the folder, or None when it already existed.
         """
-        t = self.trainer
-        t.control.should_training_stop = True
+        t, run = self.trainer, self.trainer.run
+        run.control.should_training_stop = True
         step = t.state.global_step
         folder = checkpoint_path(t._get_output_dir(trial), step)
         if self.last_checkpoint == (t.run.number, step):  # this run wrote this step already
@@ -228,7 +236,7 @@ class CheckpointPolicy:
 
     def export_callback_states(self) -> None:
         """Record the current state of every exportable callback (and ``control``) in ``state``."""
-        t = self.trainer
+        t, run = self.trainer, self.trainer.run
         exportable = [
             cb for cb in t.callback_handler.callbacks + [t.control] if isinstance(cb, ExportableState)
         ]
@@ -240,7 +248,7 @@ class CheckpointPolicy:
                 states[name] = (previous if isinstance(previous, list) else [previous]) + [callback.state()]
             else:
                 states[name] = callback.state()
-        t.state.stateful_callbacks = states
+        run.state.stateful_callbacks = states
 
     def process_layout(self) -> tuple[int, int, bool]:
         """(process index, world size, whether this process writes the shared files), as the engine sees it."""
@@ -284,8 +292,7 @@ class CheckpointPolicy:
         load_model_weights(
             model, folder, strict=True
         )  # a model that does not match is named, not half-loaded
-        self.resume_checkpoint = folder
-        self.rng_pending = "epoch"
+        self.resume_at(folder)
 
     def load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Restore optimizer and scheduler; without their files keep the fresh optimizer, continue the schedule.
@@ -353,10 +360,10 @@ class CheckpointPolicy:
 
     def load_callback_state(self) -> None:
         """With ``restore_callback_states_from_checkpoint``, rebuild the saved stateful callbacks and control."""
-        t = self.trainer
+        t, run = self.trainer, self.trainer.run
         if not t.args.restore_callback_states_from_checkpoint:
             return
-        t.control = restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
+        run.control = restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
         logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
 
     # --- the end of training -----------------------------------------------------------------

@@ -65,6 +65,8 @@ class DataLoaderBuilder:
         self.trainer = trainer
         self.eval_dataloaders: dict[str, DataLoader | DispatchedBatches] = {}
         """Evaluation loaders kept with ``dataloader_persistent_workers``."""
+        self.columns: list[str] | None = None
+        """transformers' ``trainer._signature_columns``: the model's inputs, found on first use."""
 
     # --- training ----------------------------------------------------------------------------
     def train_dataloader(self) -> DataLoader | DispatchedBatches:
@@ -290,7 +292,7 @@ class DataLoaderBuilder:
         arguments (a PEFT model's base model's) and the label names, unless already set."""
         t = self.trainer
         if t._signature_columns is None:
-            t._signature_columns = signature_columns(t.model, t.label_names)
+            self.columns = signature_columns(t.model, t.label_names)
 
     def _signature(self) -> list[str]:
         t = self.trainer

@@ -19,7 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["delegate"]
+__all__ = ["delegate", "held_by"]
 
 
 class delegate:  # noqa: N801 - used like a decorator-made method in class bodies
@@ -49,3 +49,28 @@ class delegate:  # noqa: N801 - used like a decorator-made method in class bodie
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         return self.function.__get__(instance, owner)
+
+
+class held_by:  # noqa: N801 - used like ``property`` in class bodies
+    """A transformers attribute of the owner class whose value a part holds: ``trainer.<name>`` reads and
+    assigns ``trainer.<part>.<renames.get(name, name)>``. A class body makes several at once::
+
+        state, control = held_by.views("run", 2)
+    """
+
+    def __init__(self, part: str, renames: dict[str, str] | None = None) -> None:
+        self.part, self.renames, self.name = part, renames or {}, ""
+
+    @classmethod
+    def views(cls, part: str, count: int, renames: dict[str, str] | None = None) -> tuple[Any, ...]:
+        """``count`` views (each takes its name from the class attribute it is assigned to)."""
+        return tuple(cls(part, renames) for _ in range(count))
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = self.renames.get(name, name)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self if instance is None else getattr(getattr(instance, self.part), self.name)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        setattr(getattr(instance, self.part), self.name, value)

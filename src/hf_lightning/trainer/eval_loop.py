@@ -139,7 +139,8 @@ class EvaluationLoop:
         losses, logits, labels = self._gather_step(
             run, step, keep, inputs, outputs, batch_size or args.eval_batch_size
         )
-        self.trainer.control = self.trainer.callback_handler.on_prediction_step(
+        training = self.trainer.run  # the run object holds control
+        training.control = self.trainer.callback_handler.on_prediction_step(
             args, self.trainer.state, self.trainer.control
         )
         if args.batch_eval_metrics:

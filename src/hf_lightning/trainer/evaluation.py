@@ -71,7 +71,8 @@ class Evaluator:
         )
         self._add_speed_metrics(output, metric_key_prefix, start_time)
         t.log(output.metrics)
-        t.control = t.callback_handler.on_evaluate(t.args, t.state, t.control, output.metrics)
+        run = t.run  # the run object holds control
+        run.control = t.callback_handler.on_evaluate(t.args, t.state, t.control, output.metrics)
         t._memory_tracker.stop_and_update_metrics(output.metrics, stage="eval")
         return cast(dict[str, float], output.metrics)  # the evaluation loop always fills them
 
@@ -88,7 +89,8 @@ class Evaluator:
             dataloader, description="Prediction", ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
         )
         self._add_speed_metrics(output, metric_key_prefix, start_time)
-        t.control = t.callback_handler.on_predict(t.args, t.state, t.control, output.metrics)
+        run = t.run
+        run.control = t.callback_handler.on_predict(t.args, t.state, t.control, output.metrics)
         t._memory_tracker.stop_and_update_metrics(output.metrics, stage="test")
         return PredictionOutput(
             predictions=output.predictions, label_ids=output.label_ids, metrics=output.metrics

@@ -178,12 +178,18 @@ def _apply_hyperparameters(args: Any, params: dict[str, Any]) -> Any:
 class SearchRunner:
     """Runs ``hyperparameter_search`` and its trials; owns the search's own bookkeeping.
 
-    The search's public attributes of transformers' Trainer (``hp_space``, ``compute_objective``,
-    ``objective``, ``hp_name``, ``hp_search_backend``, ``_trial``) stay on the Trainer.
+    It holds the search's attributes of transformers' Trainer (``hp_space``, ``compute_objective``,
+    ``objective``, ``hp_name``, ``hp_search_backend``); the Trainer reads and assigns them as its own.
+    The trial (``trainer._trial``) is held by the run object.
     """
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
+        self.hp_search_backend: Any = None
+        self.hp_space: Callable[[Any], dict[str, Any]] | None = None
+        self.hp_name: Callable[[Any], str] | None = None
+        self.compute_objective: Callable[[dict[str, float]], Any] | None = None
+        self.objective: Any = None
         self.base_args: Any = None
         """The ``TrainingArguments`` the search started with (each trial gets a copy with its values)."""
         self.applied_trial: Any = None
@@ -213,17 +219,19 @@ class SearchRunner:
                 "fresh model with it. Pass a function returning the model instead of `model`."
             )
         _check_search_call(n_trials, direction, name)
-        t.hp_search_backend = name
-        t.hp_space = module.default_hp_space if hp_space is None else hp_space
-        t.hp_name = hp_name
-        t.compute_objective = default_compute_objective if compute_objective is None else compute_objective
+        self.hp_search_backend = name
+        self.hp_space = module.default_hp_space if hp_space is None else hp_space
+        self.hp_name = hp_name
+        self.compute_objective = default_compute_objective if compute_objective is None else compute_objective
         base_args = self.base_args = t.args
         try:
             return module.run(t, n_trials, direction, **kwargs)
         finally:
-            t.args, self.base_args, self.applied_trial = base_args, None, None
-            t._train_batch_size = base_args.train_batch_size
-            t.hp_search_backend = None
+            t._use_args(base_args)
+            self.base_args = self.applied_trial = None
+            run = t.run  # the last trial's run object
+            run.train_batch_size = base_args.train_batch_size
+            self.hp_search_backend = None
 
     # --- what a backend asks about the run (so it reads no argument itself) -------------------
     @property
@@ -244,42 +252,43 @@ class SearchRunner:
     # --- one trial -------------------------------------------------------------------------
     def setup_trial(self, trial: Any) -> None:
         """``Trainer._hp_search_setup``: a copy of the arguments with the trial's values (before ``model_init``)."""
-        t = self.trainer
-        t._trial = trial
+        t, run = self.trainer, self.trainer.run
+        run.trial = trial
         if t.hp_search_backend is None or trial is None or trial is self.applied_trial:
             return
         module = _backend_module(t.hp_search_backend)
         params = module.trial_params(t, trial)
         base = self.base_args if self.base_args is not None else t.args
-        t.args = _apply_hyperparameters(base, params)
+        t._use_args(_apply_hyperparameters(base, params))
         run_id = module.trial_id(trial)
         self.trial_run_name = t.hp_name(trial) if t.hp_name is not None else f"run-{run_id}"
-        t._train_batch_size = t.args.train_batch_size
+        run.train_batch_size = t.args.train_batch_size
         self.applied_trial = trial
         logger.info("Trial: %s", params)
 
     def run_trial(self, trial: Any, resume_from_checkpoint: str | None = None) -> tuple[Any, dict | None]:
         """Train one trial; returns its objective and, when no evaluation ran during training, the metrics
         of the final ``evaluate()`` the objective was computed from."""
-        t = self.trainer
-        if t._memory_tracker is None:  # type: ignore[comparison-overlap]  # a copy sent to a worker
-            t._memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
-        t.objective = None
+        t, run = self.trainer, self.trainer.run
+        if t._memory_tracker is None:  # a copy sent to a worker
+            run.memory_tracker = TrainerMemoryTracker(skip_memory_metrics=True)
+        self.objective = None
         compute_objective = cast(Callable[[dict[str, float]], Any], t.compute_objective)  # set by run()
         t._hp_search_setup(trial)  # before train(): train() reads trainer.args before its own setup call
         try:
             t.train(resume_from_checkpoint=resume_from_checkpoint, trial=trial)
         finally:
             self.applied_trial = None
-            if t.is_in_train:  # stopped by the backend (a pruned trial) or an error
-                t.is_in_train = False
+            run = t.run  # this trial's run object
+            if run.is_in_train:  # stopped by the backend (a pruned trial) or an error
+                run.is_in_train = False
                 t._deactivate_neftune()
-                t._memory_tracker = type(t._memory_tracker)(t.args.skip_memory_metrics)
+                run.memory_tracker = type(t._memory_tracker)(t.args.skip_memory_metrics)
         if t.objective is not None:
             return t.objective, None
         metrics = t.evaluate()
-        t.objective = compute_objective(dict(metrics))
-        return t.objective, metrics
+        self.objective = compute_objective(dict(metrics))
+        return self.objective, metrics
 
     def report(self, trial: Any, step: int, metrics: dict[str, float]) -> None:
         """``Trainer._report_to_hp_search``: compute the objective and hand it to the backend, which may
@@ -287,15 +296,15 @@ class SearchRunner:
         t = self.trainer
         if t.hp_search_backend is None or trial is None or t.compute_objective is None:
             return
-        t.objective = t.compute_objective(dict(metrics))
+        self.objective = t.compute_objective(dict(metrics))
         _backend_module(t.hp_search_backend).report(t, trial, step, dict(metrics), t.objective)
 
     def save_tune_checkpoint(self, checkpoint_dir: str) -> str:
         """``Trainer._tune_save_checkpoint``: ``checkpoint_dir/checkpoint-{global_step}`` for Ray Tune."""
         from hf_lightning.checkpoint.store import save_checkpoint
 
-        t = self.trainer
-        t.state.stateful_callbacks["TrainerControl"] = t.control.state()
+        t, run = self.trainer, self.trainer.run
+        run.state.stateful_callbacks["TrainerControl"] = t.control.state()
         return save_checkpoint(
             checkpoint_dir,
             t.state.global_step,

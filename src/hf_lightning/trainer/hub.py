@@ -86,6 +86,8 @@ class HubPublisher:
         self.in_flight: list[Future] = []
         """The background pushes of the current checkpoint push (transformers' ``push_in_progress``)."""
         self._api: Any = None
+        self.hub_model_id: str | None = None
+        """transformers' ``trainer.hub_model_id``: the repository ``init_hf_repo`` created (None: none yet)."""
 
     @property
     def api(self) -> Any:
@@ -96,7 +98,7 @@ class HubPublisher:
 
     def open_repository(self) -> None:
         """At ``Trainer`` construction: no repository yet; create it when ``push_to_hub`` is set."""
-        self.trainer.hub_model_id = None
+        self.hub_model_id = None
         if self.trainer.args.push_to_hub:
             self.trainer.init_hf_repo()
 
@@ -124,7 +126,7 @@ class HubPublisher:
                     "Pass a token with write access as `hub_token` (or log in with `hf auth login`)."
                 ) from exc
             raise
-        t.hub_model_id = url.repo_id
+        self.hub_model_id = url.repo_id
         self.in_flight = []
 
     # --- pushing --------------------------------------------------------------------------------

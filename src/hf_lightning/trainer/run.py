@@ -10,6 +10,12 @@ public methods below; everything the user may override is called through the Tra
         -> Trainer._maybe_log_save_evaluate(tr_loss, ...)   # overridable
             -> maybe_log_save_evaluate: Trainer.log / _evaluate / _determine_best_metric / _save_checkpoint
     train_loss()                           # after the fit: the mean loss per optimizer step of this call
+
+It also owns transformers' run attributes (``state``, ``control``, ``_train_batch_size``, ``current_flos``,
+``is_in_train``, ``current_gradient_accumulation_steps``, ``_trial``, ``model_wrapped``, ``deepspeed``,
+``_memory_tracker``): the
+Trainer reads and assigns them through views (``delegation.held_by``), and the parts write them here. Each
+``train()`` makes a fresh ``TrainingRun`` (``successor``) that starts from the attributes' current values.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.callbacks.nonfinite import NonFiniteRecord, observe_loss, observe_step
 from hf_lightning.train_data_checks import no_batch_error
 from hf_lightning.trainer_utils import speed_metrics
@@ -30,7 +37,7 @@ if TYPE_CHECKING:
 
     from hf_lightning.trainer.trainer import Trainer
 
-__all__ = ["TrainingRun"]
+__all__ = ["RUN_ATTRIBUTES", "TrainingRun"]
 
 
 def _input_tokens(inputs: dict[str, Any], name: str, mode: str | bool, pad_token_id: int | None) -> Any:
@@ -50,13 +57,40 @@ def _input_tokens(inputs: dict[str, Any], name: str, mode: str | bool, pad_token
 
 logger = logging.getLogger(__name__)
 
+RUN_ATTRIBUTES = {
+    "state": "state",
+    "control": "control",
+    "_train_batch_size": "train_batch_size",
+    "current_flos": "current_flos",
+    "is_in_train": "is_in_train",
+    "current_gradient_accumulation_steps": "current_gradient_accumulation_steps",
+    "_trial": "trial",
+    "model_wrapped": "model_wrapped",
+    "deepspeed": "deepspeed",
+    "_memory_tracker": "memory_tracker",
+}
+"""transformers' Trainer attribute -> the ``TrainingRun`` attribute that holds it."""
+
 
 class TrainingRun:
     """The training-loss accumulator, logged step, initial step and token count, clock of one ``train()``."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Trainer, previous: TrainingRun | None = None) -> None:
         self.trainer = trainer
         self.trial: Any = None
+        """The search trial of this run (transformers' ``trainer._trial``)."""
+        self.state = TrainerState()
+        self.control = TrainerControl()
+        self.train_batch_size: int = trainer.args.train_batch_size
+        """The per-device batch size of this run (transformers' ``trainer._train_batch_size``)."""
+        self.current_flos: float = 0
+        self.is_in_train = False
+        self.current_gradient_accumulation_steps = 1
+        self.model_wrapped: Any = None
+        self.deepspeed: Any = None
+        """The DeepSpeed engine once a fit under DeepSpeed wraps the model (None before)."""
+        self.memory_tracker: Any = None
+        """transformers' ``trainer._memory_tracker`` (made by ``Trainer.__init__``, kept from run to run)."""
         self.ignore_keys_for_eval: list[str] | None = None
         self.tr_loss = torch.tensor(0.0)
         """The training loss summed since the last log."""
@@ -78,6 +112,13 @@ class TrainingRun:
         """Which training loop of this Trainer is the current one (0: none yet). Each loop (each ``train()``,
         each batch size ``auto_find_batch_size`` tries) counts one as it makes its ``TrainerState``; the
         parts tell "this run" from an earlier one by it (``checkpoints.last_checkpoint``)."""
+        if previous is not None:  # transformers' attributes live on the Trainer: a new run starts from them
+            for name in (*RUN_ATTRIBUTES.values(), "started", "number", "_non_embedding_params"):
+                setattr(self, name, getattr(previous, name))
+
+    def successor(self) -> TrainingRun:
+        """The run object of the next ``train()``: fresh counters, transformers' attributes carried over."""
+        return type(self)(self.trainer, previous=self)
 
     # --- the run's life ------------------------------------------------------------------------
     def open(self) -> int:
@@ -122,7 +163,7 @@ class TrainingRun:
             self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
         else:
             self.tr_loss += loss.to(self.tr_loss.device)
-        t.current_flos += float(t.floating_point_ops(inputs))
+        self.current_flos += float(t.floating_point_ops(inputs))
         self.track_input_tokens(inputs)
 
     def _without_targets(self, loss: float) -> bool:
@@ -218,10 +259,10 @@ class TrainingRun:
             metrics = t._evaluate(trial, ignore_keys_for_eval)
             is_new_best = t._determine_best_metric(metrics=metrics, trial=trial)
             if t.args.save_strategy == "best":
-                t.control.should_save = is_new_best
+                self.control.should_save = is_new_best
         if t.control.should_save:
             t._save_checkpoint(model, trial)
-            t.control = t.callback_handler.on_save(t.args, t.state, t.control)
+            self.control = t.callback_handler.on_save(t.args, t.state, t.control)
 
     def _log_training_loss(
         self, tr_loss: torch.Tensor, grad_norm: Any, start_time: float, learning_rate: float | None
@@ -253,7 +294,7 @@ class TrainingRun:
                 logs.update(speed_metrics("train", start_time, num_tokens=seen))
         output = {**logs, "step": t.state.global_step}
         t.state.log_history.append(output)
-        t.control = t.callback_handler.on_log(t.args, t.state, t.control, logs)
+        self.control = t.callback_handler.on_log(t.args, t.state, t.control, logs)
 
     # --- counters ----------------------------------------------------------------------------------
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
@@ -276,8 +317,8 @@ class TrainingRun:
         flos = t.current_flos
         if t.accelerator.num_processes > 1:
             flos = float(t.accelerator.reduce(torch.tensor(float(flos), device=t.accelerator.device)))
-        t.state.total_flos += flos
-        t.current_flos = 0
+        self.state.total_flos += flos
+        self.current_flos = 0
 
     def track_input_tokens(self, inputs: dict[str, Any]) -> None:
         """``include_num_input_tokens_seen``: add this micro-batch's tokens (all ranks) to the state."""
@@ -297,4 +338,4 @@ class TrainingRun:
             _input_tokens(inputs, name, mode, getattr(t.processing_class, "pad_token_id", None))
         )
         count = t.accelerator.reduce(count.to(t.accelerator.device), "sum")
-        t.state.num_input_tokens_seen += int(count)
+        self.state.num_input_tokens_seen += int(count)

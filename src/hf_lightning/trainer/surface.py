@@ -84,21 +84,24 @@ def can_return_loss(model: Any) -> bool:
     return parameter is not None and parameter.default is True
 
 
-def init_engine_attributes(trainer: Any) -> None:
-    """What transformers' ``create_accelerator_and_postprocess`` sets besides ``trainer.accelerator``."""
+def init_engine_attributes(trainer: Any) -> dict[str, Any]:
+    """What transformers' ``create_accelerator_and_postprocess`` sets besides ``trainer.accelerator`` (by name;
+    the Trainer assigns them)."""
     accelerator, args = trainer.accelerator, trainer.args
-    trainer.gather_function = functools.partial(
+    flags: dict[str, Any] = {}
+    flags["gather_function"] = functools.partial(
         accelerator.gather_for_metrics, use_gather_object=args.eval_use_gather_object
     )
-    trainer.is_deepspeed_enabled = getattr(accelerator.state, "deepspeed_plugin", None) is not None
-    trainer.is_fsdp_enabled = getattr(accelerator.state, "fsdp_plugin", None) is not None
+    flags["is_deepspeed_enabled"] = getattr(accelerator.state, "deepspeed_plugin", None) is not None
+    flags["is_fsdp_enabled"] = getattr(accelerator.state, "fsdp_plugin", None) is not None
     config = dict(args.fsdp_config or {})
-    trainer.is_fsdp_xla_enabled = args.fsdp and config.get(
+    flags["is_fsdp_xla_enabled"] = args.fsdp and config.get(
         "xla", False
     )  # transformers' expression (None without fsdp)
-    trainer.is_fsdp_xla_v2_enabled = args.fsdp and config.get("xla_fsdp_v2", False)
-    trainer.is_fsdp_xla_v1_enabled = trainer.is_fsdp_xla_enabled and not trainer.is_fsdp_xla_v2_enabled
-    trainer.deepspeed = None
+    flags["is_fsdp_xla_v2_enabled"] = args.fsdp and config.get("xla_fsdp_v2", False)
+    flags["is_fsdp_xla_v1_enabled"] = flags["is_fsdp_xla_enabled"] and not flags["is_fsdp_xla_v2_enabled"]
+    flags["deepspeed"] = None
+    return flags
 
 
 def _model_parallel(model: Any, device: Any) -> bool:
@@ -111,26 +114,28 @@ def _model_parallel(model: Any, device: Any) -> bool:
     return len(devices) == 1 and torch.device(device) != torch.device(next(iter(devices)))
 
 
-def init_model_attributes(trainer: Any, model: Any) -> None:
-    """transformers' model flags (see the module docstring), from ``model`` as given to the Trainer."""
+def init_model_attributes(trainer: Any, model: Any) -> dict[str, Any]:
+    """transformers' model flags (see the module docstring), from ``model`` as given to the Trainer (by name;
+    the Trainer assigns them)."""
     args = trainer.args
-    trainer.is_model_parallel = _model_parallel(model, args.device)
-    trainer.is_distributed_loading_by_transformers = bool(
+    flags: dict[str, Any] = {"is_model_parallel": _model_parallel(model, args.device)}
+    flags["is_distributed_loading_by_transformers"] = bool(
         getattr(model, "is_distributed_loading_by_transformers", False)
     )
     if args.place_model_on_device is not None:
-        trainer.place_model_on_device = bool(args.place_model_on_device)
+        flags["place_model_on_device"] = bool(args.place_model_on_device)
     else:
-        trainer.place_model_on_device = not (
-            trainer.is_model_parallel
+        flags["place_model_on_device"] = not (
+            flags["is_model_parallel"]
             or trainer.is_deepspeed_enabled
             or args.fp16_full_eval
             or args.bf16_full_eval
             or trainer.is_fsdp_xla_enabled
             or trainer.is_fsdp_enabled
-            or trainer.is_distributed_loading_by_transformers
+            or flags["is_distributed_loading_by_transformers"]
         )
-    trainer.can_return_loss = can_return_loss(unwrap_peft(model))
+    flags["can_return_loss"] = can_return_loss(unwrap_peft(model))
+    return flags
 
 
 def check_parts(trainer: Any) -> None:

@@ -63,12 +63,12 @@ class TrainLauncher:
         self, resume_from_checkpoint: str | bool | None, trial: Any, ignore_keys_for_eval: list[str] | None
     ) -> TrainOutput:
         """``Trainer.train``: apply the trial, build the model, load the weights, run (with batch-size search)."""
-        t = self.trainer
+        t, current = self.trainer, self.trainer.run
         check_parts(t)  # a subclass that reused a part's attribute name is told so, by name
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         t._memory_tracker.start("train")
-        t.is_in_train = True
+        current.is_in_train = True
         t._hp_search_setup(trial)  # a trial's hyperparameters (the seed included) apply before model_init
         args = t.args
         main, saver = args.process_index == 0 and args.should_save, args.should_save
@@ -79,13 +79,13 @@ class TrainLauncher:
     def _launch(
         self, resume_from_checkpoint: str | bool | None, trial: Any, ignore_keys_for_eval: list[str] | None
     ) -> TrainOutput:
-        t = self.trainer
+        t, current = self.trainer, self.trainer.run
         args = t.args
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
             enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
-            t.model = t.model_wrapped = t.call_model_init(trial)
+            t.model = current.model_wrapped = t.call_model_init(trial)
             t._inspect_model()
             t.optimizer, t.lr_scheduler = None, None
         if args.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
@@ -94,14 +94,13 @@ class TrainLauncher:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
                 raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")
-            t.checkpoints.content_checked = resume_from_checkpoint  # its files were just verified
+            t.checkpoints.verified(resume_from_checkpoint)  # its files were just verified
         if resume_from_checkpoint is not None:
             t._load_from_checkpoint(resume_from_checkpoint)
             # the RNG (and scaler) restore follows the resumed run, whoever loaded the weights (a subclass's
             # _load_from_checkpoint, as sentence-transformers' is), as in transformers
-            t.checkpoints.resume_checkpoint = os.fspath(resume_from_checkpoint)
-            t.checkpoints.rng_pending = "epoch"
-        t._train_batch_size = args.train_batch_size
+            t.checkpoints.resume_at(os.fspath(resume_from_checkpoint))
+        current.train_batch_size = args.train_batch_size
         run = dict(
             args=args,
             resume_from_checkpoint=resume_from_checkpoint,
@@ -113,7 +112,7 @@ class TrainLauncher:
         if resume_from_checkpoint is not None:  # continue with the batch size the checkpointed run found
             path = os.path.join(resume_from_checkpoint, "trainer_state.json")
             found = TrainerState.load_from_json(path).train_batch_size if os.path.isfile(path) else None
-            t._train_batch_size = found or t._train_batch_size
+            current.train_batch_size = found or t._train_batch_size
         return self._train_with_batch_size_search(run)
 
     def _train_with_batch_size_search(self, run: dict[str, Any]) -> TrainOutput:
@@ -122,10 +121,10 @@ class TrainLauncher:
         transformers retries through accelerate's ``find_executable_batch_size`` (``int(0.9 × size)``,
         the "exponential decay" its documentation names); ours does the same and logs each retry.
         """
-        t = self.trainer
+        t, current = self.trainer, self.trainer.run
 
         def attempt(batch_size: int) -> TrainOutput:
-            t._train_batch_size = batch_size
+            current.train_batch_size = batch_size
             return t._inner_training_loop(**run)
 
         return find_executable_batch_size(attempt, t._train_batch_size, auto_find_batch_size=True)()
@@ -229,21 +228,21 @@ class TrainLauncher:
         trial: Any,
     ) -> tuple[int, int]:
         """A fresh ``TrainerState`` (or the checkpoint's); returns (epochs_trained, micro-batches to skip)."""
-        t = self.trainer
-        t.run.open()  # a new run number: the parts tell this run from an earlier one by it
-        t.state = TrainerState(
+        t, run = self.trainer, self.trainer.run
+        run.open()  # a new run number: the parts tell this run from an earlier one by it
+        run.state = TrainerState(
             stateful_callbacks=[
                 cb for cb in t.callback_handler.callbacks + [t.control] if isinstance(cb, ExportableState)
             ]
         )
-        t.state.is_hyper_param_search = trial is not None
-        t.state.train_batch_size = t._train_batch_size
+        run.state.is_hyper_param_search = trial is not None
+        run.state.train_batch_size = t._train_batch_size
         t.state.compute_steps(t.args, max_steps)
         epochs_trained, steps_trained = 0, 0
         if resume_from_checkpoint is not None:
             path = os.path.join(resume_from_checkpoint, "trainer_state.json")
             if os.path.isfile(path):
-                t.state = TrainerState.load_from_json(path)
+                run.state = TrainerState.load_from_json(path)
                 compare_trainer_and_checkpoint_args(t.args, t.state)  # warn about changed step intervals
                 # ... and (beyond transformers) a length already reached, another schedule or process layout
                 report_resume_changes(t.args, t.state, resume_from_checkpoint, max_steps, t._train_batch_size)
@@ -252,7 +251,7 @@ class TrainLauncher:
                         f"The best checkpoint {t.state.best_model_checkpoint} recorded in the resumed state "
                         "does not exist anymore. Ignoring it for this run."
                     )
-                    t.state.best_model_checkpoint = None
+                    run.state.best_model_checkpoint = None
                 t._load_callback_state()
                 epochs_trained = int(t.state.global_step // num_update_steps_per_epoch)
                 if not t.args.ignore_data_skip:
@@ -260,8 +259,8 @@ class TrainLauncher:
                         t.state.global_step % num_update_steps_per_epoch
                     ) * t.args.gradient_accumulation_steps
         t.state.init_training_references(t, max_steps, num_train_epochs, trial)
-        t.state.is_local_process_zero = t.is_local_process_zero()
-        t.state.is_world_process_zero = t.is_world_process_zero()
+        run.state.is_local_process_zero = t.is_local_process_zero()
+        run.state.is_world_process_zero = t.is_world_process_zero()
         return epochs_trained, steps_trained
 
     def initial_training_values(self, args: Any, dataloader: Any) -> tuple[int, int, int, int, int, int, int]:
@@ -335,10 +334,11 @@ class TrainLauncher:
         t._memory_tracker.stop_and_update_metrics(metrics, stage="train")
         t.log(metrics)
         t.checkpoints.after_training(trial)
-        t.control = t.callback_handler.on_train_end(t.args, t.state, t.control)
+        run = t.run
+        run.control = t.callback_handler.on_train_end(t.args, t.state, t.control)
         t._finish_current_push()  # wait for the checkpoint pushes in flight
         t._deactivate_neftune()
-        t.is_in_train = False
+        run.is_in_train = False
         return TrainOutput(t.state.global_step, train_loss, metrics)
 
     def output_dir(self, trial: Any) -> str:

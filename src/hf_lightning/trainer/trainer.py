@@ -7,8 +7,9 @@ calls the Trainer's overridable methods through the Trainer, so a user's overrid
 
     trainer.launcher     TrainLauncher      train.py          train(), the run-length arithmetic, NEFTune
     trainer.steps        BatchSteps         steps.py          training_step, compute_loss: one micro-batch
-    trainer.run          TrainingRun        run.py            one train()'s loss sum, logged step, clock;
-                                                              log / evaluate / save after each step
+    trainer.run          TrainingRun        run.py            the run object, fresh at each train(): state,
+                                                              control, loss sum, clock (the Trainer's
+                                                              names read it); log / evaluate / save
     trainer.optim        OptimizerSetup     optim.py          optimizer and scheduler creation
     trainer.loaders      DataLoaderBuilder  data.py           train / eval / test DataLoaders, samplers
     trainer.evaluations  Evaluator          evaluation.py     evaluate, predict, best metric
@@ -51,7 +52,7 @@ from hf_lightning.trainer import model_card as _model_card
 from hf_lightning.trainer import surface
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
 from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
-from hf_lightning.trainer.delegation import delegate
+from hf_lightning.trainer.delegation import delegate, held_by
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer.eval_loop import EvaluationLoop
 from hf_lightning.trainer.evaluation import Evaluator
@@ -59,7 +60,7 @@ from hf_lightning.trainer.hpsearch import SearchRunner
 from hf_lightning.trainer.hub import HubPublisher
 from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer_arguments
 from hf_lightning.trainer.optim import OptimizerSetup
-from hf_lightning.trainer.run import TrainingRun
+from hf_lightning.trainer.run import RUN_ATTRIBUTES, TrainingRun
 from hf_lightning.trainer.steps import BatchSteps, to_device
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
@@ -82,9 +83,15 @@ class Trainer:
     The constructor takes transformers' arguments, with the same meaning and defaults.
     """
 
-    state: TrainerState
-    control: TrainerControl
-    hub_model_id: str | None
+    # transformers' run attributes, held by the run object (run.py): read and assigned as transformers' are
+    state, control, _train_batch_size, current_flos, is_in_train = held_by.views("run", 5, RUN_ATTRIBUTES)
+    current_gradient_accumulation_steps, _trial, model_wrapped, deepspeed, _memory_tracker = held_by.views(
+        "run", 5, RUN_ATTRIBUTES
+    )
+    # transformers' search attributes, held by the search (hpsearch.py)
+    hp_search_backend, hp_space, hp_name, compute_objective, objective = held_by.views("search", 5)
+    hub_model_id = held_by("hub")  # the repository init_hf_repo created (hub.py)
+    _signature_columns = held_by("loaders", {"_signature_columns": "columns"})  # the model's inputs (data.py)
     loss_is_scaled_for_ga: bool | None = None
     """Whether ``compute_loss`` already scales for gradient accumulation (None: decided from the model);
     a class attribute, as in transformers, so a subclass (TRL's) sets it in its body."""
@@ -137,7 +144,8 @@ class Trainer:
         elif model_init is not None:
             raise ValueError("`Trainer` requires either a `model` or `model_init` argument, but not both.")
         self.model = self.model_wrapped = model
-        surface.init_model_attributes(self, model)  # is_model_parallel, place_model_on_device, ...
+        for name, value in surface.init_model_attributes(self, model).items():  # is_model_parallel, ...
+            setattr(self, name, value)
         self.processing_class = processing_class
         self.data_collator = surface.default_collator(processing_class, given=data_collator)
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -190,7 +198,7 @@ class Trainer:
         # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
         self.loss_shifts_labels: bool | None = None
         self.label_names = self.args.label_names if self.args.label_names is not None else find_labels(model)
-        self.current_gradient_accumulation_steps: int = 1
+        self.current_gradient_accumulation_steps = 1
 
     def _init_bookkeeping(self) -> None:
         self.control = TrainerControl()
@@ -204,16 +212,8 @@ class Trainer:
             ],
         )
         self.is_in_train = False
-        self.current_flos: float = 0
-        self._signature_columns: list[str] | None = None  # the model's inputs, found on first use
-        self._train_batch_size: int = self.args.train_batch_size
-        # transformers' search attributes (the search's own bookkeeping is trainer.search)
-        self.hp_name: Callable[[Any], str] | None = None
-        self.hp_search_backend: Any = None
-        self.hp_space: Callable[[Any], dict[str, Any]] | None = None
-        self.compute_objective: Callable[[dict[str, float]], Any] | None = None
-        self.objective: Any = None
-        self._trial: Any = None
+        self.current_flos = 0
+        self._train_batch_size = self.args.train_batch_size
 
     # --- model_init and callbacks ----------------------------------------------------------
     def call_model_init(self, trial: Any = None) -> nn.Module:
@@ -235,6 +235,7 @@ class Trainer:
         """Train the model; resume from a checkpoint folder (or the newest one when True)."""
         if kwargs:
             raise TypeError(f"train() got unexpected keyword arguments: {', '.join(kwargs)}.")
+        self.run = self.run.successor()  # a fresh run object; transformers' attributes keep their values
         return self.launcher.launch(resume_from_checkpoint, trial, ignore_keys_for_eval)
 
     _inner_training_loop = delegate("launcher", TrainLauncher.inner_loop)
@@ -350,11 +351,16 @@ class Trainer:
     _report_to_hp_search = delegate("search", SearchRunner.report)
     _tune_save_checkpoint = delegate("search", SearchRunner.save_tune_checkpoint)
 
+    def _use_args(self, args: TrainingArguments) -> None:
+        """A search trial's copy of the arguments in place of ``self.args`` (the original back when it ends)."""
+        self.args = args
+
     # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
         """(Re)create ``self.accelerator`` (accelerate's API on Lightning) and the engine flags (``surface.py``)."""
         self.accelerator = ENGINE.accelerator(self.args, os.environ, cuda_available=torch.cuda.is_available())
-        surface.init_engine_attributes(self)
+        for name, value in surface.init_engine_attributes(self).items():  # is_deepspeed_enabled, ...
+            setattr(self, name, value)
 
     def get_tp_size(self) -> int:
         """Tensor-parallel degree: the model's ``_tp_size``, else ``accelerator.parallelism_config``'s (1: none)."""
