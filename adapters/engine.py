@@ -94,7 +94,7 @@ class Engine:
 
     # --- data ------------------------------------------------------------------------------------
     def data_settings(self, args: Any, *, cuda_available: bool) -> Any:
-        """The data group of the plan (``plan_groups.py``)."""
+        """The data group of the plan (``hf_lightning.args.translate.data_settings``)."""
         from .plan import data_settings
 
         return data_settings(args, cuda_available=cuda_available)

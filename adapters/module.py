@@ -31,9 +31,11 @@ from torch import nn
 
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
+from hf_lightning.args.translate import module_settings
 from hf_lightning.loss import LossSettings, compute_model_loss
 from hf_lightning.optim.optimizers import current_learning_rate
 from hf_lightning.optim.schedulers import steps_per_update
+from hf_lightning.plan.groups import ModuleSettings
 
 from .grad_clipping import ClipOrder
 from .module_checks import (
@@ -44,7 +46,6 @@ from .module_checks import (
     refuse_lightning_accumulation,
 )
 from .plain_backward import plain_backward_setup
-from .plan_groups import ModuleSettings, module_settings
 from .protocols import LoopDriver
 from .standalone_driver import StandaloneDriver
 
