@@ -14,10 +14,10 @@ import os
 from importlib import metadata
 from typing import Any
 
+from hf_lightning.args.hyperparameters import hyperparameters_of
 from hf_lightning.trainer.model_card_summary import (
     TASK_NAMES,
     as_list,
-    hyperparameters_of,
     results_of,
     rounded,
     run_summary,

@@ -188,7 +188,7 @@ class Trainer:
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
         model = self.model
-        self.label_smoother = build_label_smoother(self.args, model)
+        self.label_smoother = build_label_smoother(self.plan.module, model)
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
         # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
         self.loss_shifts_labels: bool | None = None
