@@ -23,7 +23,7 @@ from typing import Any
 __all__ = ["CARRIER_SOURCES", "UNCHECKED_STATUSES", "carrier_keys", "names_read", "unread_claims"]
 
 _PLAN = "hf_lightning.adapters.plan"
-_GROUPS = "hf_lightning.adapters.plan_groups"
+_GROUPS = "hf_lightning.args.translate"
 _STRATEGY = "hf_lightning.adapters.strategy"
 _FACADE = "hf_lightning.trainer"
 _RUNTIME = "hf_lightning.args.runtime"

@@ -164,7 +164,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "eval_steps": _WHEN_EVAL,
             "eval_delay": _WHEN_EVAL,
             "per_device_eval_batch_size": "TrainingArguments.eval_batch_size (the Trainer facade's "
-            "evaluation DataLoader) + DataSettings",
+            "evaluation DataLoader)",
             "prediction_loss_only": _EVAL,
             "eval_on_start": "Trainer facade (evaluation before the first step)",
             "eval_do_concat_batches": f"{_EVAL} (gathering predictions)",
@@ -202,7 +202,7 @@ _TABLE: dict[str, ArgumentRow] = {
             "restore_callback_states_from_checkpoint": "Trainer facade (resume: callback states)",
             "full_determinism": "lightning.Trainer(deterministic, benchmark) + Trainer facade (enable_full_determinism)",
             "seed": "Trainer facade (set_seed before model_init)",
-            "data_seed": "Samplers (generator seed)",
+            "data_seed": "DataSettings (the samplers' generator seed)",
             "use_cpu": "lightning.Trainer(accelerator='cpu')",
         },
     ),

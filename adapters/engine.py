@@ -93,12 +93,6 @@ class Engine:
         return zero_stage(load_deepspeed_config(config))
 
     # --- data ------------------------------------------------------------------------------------
-    def data_settings(self, args: Any, *, cuda_available: bool) -> Any:
-        """The data group of the plan (``plan_groups.py``)."""
-        from .plan import data_settings
-
-        return data_settings(args, cuda_available=cuda_available)
-
     def build_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
         """The training sampler of ``train_sampling_strategy`` (``samplers.py``)."""
         from .samplers import build_train_sampler

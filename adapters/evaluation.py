@@ -31,10 +31,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler
 
+from hf_lightning.args.translate import eval_settings
 from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
-
-from .plan_groups import EvalSettings, eval_settings
+from hf_lightning.plan.groups import EvalSettings
 
 __all__ = [
     "EvalCollective",
@@ -199,7 +199,7 @@ class EvalEngine:
     """Where one evaluation runs: inside the running ``lightning.Trainer``, or standalone on ``args.device``.
 
     ``accelerator`` is the facade's ``LightningAccelerator``; ``args`` its ``TrainingArguments``,
-    translated once into :class:`~hf_lightning.adapters.plan_groups.EvalSettings` (``self.settings``),
+    translated once into :class:`~hf_lightning.plan.groups.EvalSettings` (``self.settings``),
     which is all the engine reads (or pass ``settings`` instead of ``args``).
     """
 

@@ -30,9 +30,11 @@ from torch import nn
 
 from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
+from hf_lightning.args.translate import module_settings
 from hf_lightning.loss import LossSettings, compute_model_loss
 from hf_lightning.optim.optimizers import current_learning_rate
 from hf_lightning.optim.schedulers import steps_per_update
+from hf_lightning.plan.groups import ModuleSettings
 
 from . import speedups
 from .grad_clipping import ClipOrder
@@ -43,7 +45,6 @@ from .module_checks import (
     check_windows_are_sharded,
     refuse_lightning_accumulation,
 )
-from .plan_groups import ModuleSettings, module_settings
 from .protocols import LoopDriver
 from .standalone_driver import StandaloneDriver
 

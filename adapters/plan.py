@@ -31,18 +31,16 @@ from typing import Any
 import torch
 
 from hf_lightning.args.enums import enum_value
-
-from .argument_table import carriers_for, check_supported, non_default_fields
-from .loggers import LoggerSpec, logger_specs
-from .plan_groups import (
-    DataSettings,
-    EvalSettings,
-    ModuleSettings,
+from hf_lightning.args.translate import (
     data_settings,
     eval_settings,
     module_settings,
     precisions,
 )
+from hf_lightning.plan.groups import DataSettings, EvalSettings, ModuleSettings
+
+from .argument_table import carriers_for, check_supported, non_default_fields
+from .loggers import LoggerSpec, logger_specs
 from .strategy import (
     DistributedSettings,
     build_strategy,

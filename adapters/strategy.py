@@ -18,10 +18,10 @@ from datetime import timedelta
 from typing import Any
 
 from hf_lightning.args.launcher import launcher_variables
+from hf_lightning.args.translate import checkpointing
 
 from .deepspeed import DeepSpeedSettings, build_deepspeed_strategy, deepspeed_settings
 from .fsdp import FSDPSettings, build_fsdp_strategy, fsdp_settings
-from .plan_groups import checkpointing
 
 __all__ = ["DDP_BACKENDS", "DistributedSettings", "build_strategy", "cluster_plugins", "distributed_settings"]
 

@@ -125,7 +125,6 @@ ROWS = [
     ),
     # data settings
     ({"per_device_train_batch_size": 3}, {}, "data.per_device_train_batch_size", 3),
-    ({"per_device_eval_batch_size": 5}, {}, "data.per_device_eval_batch_size", 5),
     ({"dataloader_drop_last": True}, {}, "data.dataloader_drop_last", True),
     ({"dataloader_num_workers": 2}, {}, "data.dataloader_num_workers", 2),
     (

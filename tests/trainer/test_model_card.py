@@ -5,7 +5,8 @@ from __future__ import annotations
 from huggingface_hub import ModelCard
 
 from hf_lightning import Trainer, TrainingArguments
-from hf_lightning.trainer.model_card_summary import hyperparameters_of, results_of
+from hf_lightning.args.hyperparameters import hyperparameters_of
+from hf_lightning.trainer.model_card_summary import results_of
 from tests.tiny import RegressionModel
 
 

@@ -15,8 +15,8 @@ import hf_lightning
 from hf_lightning.adapters.callbacks.checkpointing import HFCheckpoint
 from hf_lightning.callbacks import ExportableState, TrainerCallback
 from hf_lightning.checkpoint import CheckpointError, load_model_weights, load_training_args
+from hf_lightning.checkpoint.fresh_state import fast_forward_scheduler
 from hf_lightning.optim import get_scheduler
-from hf_lightning.trainer.checkpointing import fast_forward_scheduler
 from tests.tiny import RegressionModel, StopAt, regression_data
 
 BASE = dict(

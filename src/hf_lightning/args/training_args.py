@@ -276,6 +276,11 @@ class TrainingArguments:
         problems = normalize(self)
         check(self, problems)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Set the field and count the set, so ``Trainer.plan`` sees the change (``hf_lightning.plan``)."""
+        object.__setattr__(self, name, value)
+        self.__dict__["_plan_version"] = self.__dict__.get("_plan_version", 0) + 1
+
     def __str__(self) -> str:
         shown = {
             k: (f"<{k.upper()}>" if k.endswith("_token") else getattr(self, k)) for k in _init_names(self)

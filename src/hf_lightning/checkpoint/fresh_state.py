@@ -3,18 +3,21 @@
 A ``save_only_model`` checkpoint holds neither ``optimizer.pt`` nor ``scheduler.pt`` by design: resuming it
 with a fresh optimizer is expected and logged at INFO. Any other checkpoint without them lost them (deleted
 to save space, copied incompletely): transformers then continues silently with a fresh optimizer; here a
-WARNING names the missing files and what starts over (``docs/divergences.md``).
+WARNING names the missing files and what starts over (``docs/divergences.md``). Either way the learning-rate
+schedule continues from the restored step (``fast_forward_scheduler``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any
 
 from hf_lightning.checkpoint.io import CheckpointError, load_training_args
+from hf_lightning.optim import steps_on_metric
 
-__all__ = ["report_fresh_optimizer", "saved_only_model"]
+__all__ = ["fast_forward_scheduler", "report_fresh_optimizer", "saved_only_model"]
 
 
 def saved_only_model(checkpoint: str | os.PathLike[str], current_args: Any = None) -> bool:
@@ -52,3 +55,19 @@ def report_fresh_optimizer(
         absent,
         step,
     )
+
+
+def fast_forward_scheduler(scheduler: Any, steps: int) -> None:
+    """Step ``scheduler`` ``steps`` times without an optimizer step, so its learning rate is that of ``steps``.
+
+    Metric-driven schedulers (``ReduceLROnPlateau``, ``GreedyLR``) have no step-indexed schedule and are
+    left as they are.
+    """
+    if scheduler is None or steps <= 0 or not hasattr(scheduler, "step"):
+        return
+    if steps_on_metric(scheduler):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()": intended here
+        for _ in range(steps):
+            scheduler.step()

@@ -25,10 +25,9 @@ import functools
 import logging
 import os
 import time
-import warnings
 from typing import TYPE_CHECKING, Any, cast
 
-from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
+from hf_lightning.args.enums import SAVING_STRATEGIES
 from hf_lightning.callbacks import ExportableState
 from hf_lightning.callbacks.background_checkpointing import background_saver
 from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint, warn_nonfinite_save
@@ -36,7 +35,7 @@ from hf_lightning.callbacks.restore import restore_callbacks
 from hf_lightning.checkpoint.background import save_in_background
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.folders import checkpoint_problem
-from hf_lightning.checkpoint.fresh_state import report_fresh_optimizer
+from hf_lightning.checkpoint.fresh_state import fast_forward_scheduler, report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import loadable_best_checkpoint, save_tracked_checkpoint
 from hf_lightning.checkpoint.sharded import (
@@ -58,30 +57,13 @@ from hf_lightning.checkpoint.store import (
     rotate_checkpoints,
     save_checkpoint,
 )
-from hf_lightning.optim import steps_on_metric
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
-__all__ = ["CheckpointPolicy", "fast_forward_scheduler"]
+__all__ = ["CheckpointPolicy"]
 
 logger = logging.getLogger(__name__)
-
-
-def fast_forward_scheduler(scheduler: Any, steps: int) -> None:
-    """Step ``scheduler`` ``steps`` times without an optimizer step, so its learning rate is that of ``steps``.
-
-    Metric-driven schedulers (``ReduceLROnPlateau``, ``GreedyLR``) have no step-indexed schedule and are
-    left as they are.
-    """
-    if scheduler is None or steps <= 0 or not hasattr(scheduler, "step"):
-        return
-    if steps_on_metric(scheduler):
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "scheduler.step() before optimizer.step()": intended here
-        for _ in range(steps):
-            scheduler.step()
 
 
 class CheckpointPolicy:
@@ -115,10 +97,10 @@ class CheckpointPolicy:
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """``Trainer.save_model``: the model, processing class and arguments (on the saving process)."""
         t = self.trainer
-        output_dir = str(t.args.output_dir) if output_dir is None else output_dir
+        output_dir = str(t.plan.checkpoint.output_dir) if output_dir is None else output_dir
         full = None  # a sharded (FSDP) model: gathered by every process, written by the saver
         if needs_gathering(t.model):
-            full = gathered_model_state(t.model, everywhere=bool(t.args.save_on_each_node))
+            full = gathered_model_state(t.model, everywhere=t.plan.checkpoint.save_on_each_node)
         if not t.args.should_save:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
@@ -126,15 +108,15 @@ class CheckpointPolicy:
         t._save(
             output_dir, state_dict=full
         )  # overridable, as in transformers (sentence-transformers overrides it)
-        if t.args.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
-            t.push_to_hub(commit_message="Model save", revision=t.args.hub_revision)
+        if t.plan.hub.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
+            t.push_to_hub(commit_message="Model save", revision=t.plan.hub.hub_revision)
 
     def save_state(self) -> None:
         """``Trainer.save_state``: ``trainer_state.json`` in ``args.output_dir`` (main process only)."""
         t = self.trainer
         if not t.is_world_process_zero():
             return
-        output_dir = str(t.args.output_dir)
+        output_dir = str(t.plan.checkpoint.output_dir)
         os.makedirs(output_dir, exist_ok=True)
         t.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
 
@@ -160,25 +142,26 @@ class CheckpointPolicy:
         step = state.global_step
         if refuse_nonfinite_checkpoint(t.run.nonfinite, t, checkpoint_path(run_dir, step)):
             return  # a checkpoint with NaN/inf weights never replaces a finite one (docs/checkpointing.md)
-        tracked = enum_value(args.save_strategy) in SAVING_STRATEGIES and state.best_global_step
+        tracked = t.plan.schedule.save_strategy in SAVING_STRATEGIES and state.best_global_step
         self.export_callback_states()
         if is_saver:
             logger.info("Saving model checkpoint to %s", checkpoint_path(run_dir, step))
-        optimizer = None if args.save_only_model else t.optimizer
+        kept = t.plan.checkpoint  # what a checkpoint holds, where, and how many are kept
+        optimizer = None if kept.save_only_model else t.optimizer
         sharding = sharded_save_options(t.model, optimizer, args) or deepspeed_save_options(
-            t.model, optimizer, everywhere=bool(args.save_on_each_node)
+            t.model, optimizer, everywhere=kept.save_on_each_node
         )
 
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
             options = dict(model=t.model, optimizer=t.optimizer, scheduler=t.lr_scheduler,
                 scaler=self.grad_scaler(), state=state, args=args, processing_class=self.processing_to_save(),
-                save_only_model=args.save_only_model, process_index=index, world_size=world,
+                save_only_model=kept.save_only_model, process_index=index, world_size=world,
                 is_main_process=is_saver, barrier=t.accelerator.wait_for_everyone if world > 1 else None,
                 **sharding)  # fmt: skip
             if saver is None:
                 return save_checkpoint(run_dir, step, **options)
-            rotate = functools.partial(rotate_checkpoints, run_dir, args.save_total_limit, best)
+            rotate = functools.partial(rotate_checkpoints, run_dir, kept.save_total_limit, best)
             then = functools.partial(self.after_save, folder, is_saver=is_saver)
             return save_in_background(
                 saver, run_dir, step, options, rotate=rotate if is_saver else None, then=then
@@ -191,7 +174,7 @@ class CheckpointPolicy:
             best_global_step=state.best_global_step if tracked else None,
             best_model_checkpoint=state.best_model_checkpoint,
             write=write,
-            save_total_limit=args.save_total_limit,
+            save_total_limit=kept.save_total_limit,
             is_saver=is_saver and saver is None,  # a background save rotates once it is published
         )
         self.last_checkpoint = (t.run.number, step)
@@ -201,7 +184,7 @@ class CheckpointPolicy:
     def after_save(self, folder: str, seconds: float, is_saver: bool) -> None:
         """Once ``folder`` is published: push it (``push_to_hub``), record how long the save took."""
         t = self.trainer
-        if t.args.push_to_hub and is_saver:
+        if t.plan.hub.push_to_hub and is_saver:
             t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
         self.last_save_seconds = seconds
         logger.debug("Saved %s in %.2fs", folder, seconds)
@@ -261,7 +244,7 @@ class CheckpointPolicy:
         local = accelerator.local_rank
         writer = (
             (local if local is not None else t.args.local_process_index)
-            if t.args.save_on_each_node
+            if t.plan.checkpoint.save_on_each_node
             else index
         )
         return index, world, writer == 0
@@ -304,11 +287,13 @@ class CheckpointPolicy:
             request_deepspeed_resume(self.trainer.model, None)  # clears what a failed fit left behind
             return
         t = self.trainer
-        if t.args.deepspeed:  # the engine reads its own folder once built (checkpoint/deepspeed_state.py)
+        if (
+            t.plan.checkpoint.deepspeed
+        ):  # the engine reads its own folder once built (checkpoint/deepspeed_state.py)
             request_deepspeed_resume(t.model, checkpoint)
         has = [os.path.isfile(os.path.join(checkpoint, name)) for name in (OPTIMIZER_NAME, SCHEDULER_NAME)]
         optimizer_pt = os.path.join(checkpoint, OPTIMIZER_NAME) if has[0] else None
-        loaded = bool(t.args.deepspeed) or load_fsdp_optimizer(
+        loaded = bool(t.plan.checkpoint.deepspeed) or load_fsdp_optimizer(
             t.model, t.optimizer, checkpoint, optimizer_pt=optimizer_pt
         )
         has[0] = has[0] or loaded
@@ -361,7 +346,7 @@ class CheckpointPolicy:
     def load_callback_state(self) -> None:
         """With ``restore_callback_states_from_checkpoint``, rebuild the saved stateful callbacks and control."""
         t, run = self.trainer, self.trainer.run
-        if not t.args.restore_callback_states_from_checkpoint:
+        if not t.plan.checkpoint.restore_callback_states_from_checkpoint:
             return
         run.control = restore_callbacks(t.callback_handler, t.control, t.state.stateful_callbacks)
         logger.info("Continuing training from checkpoint, restoring any callbacks that were passed in")
@@ -374,9 +359,14 @@ class CheckpointPolicy:
         self.resume_checkpoint = self.rng_pending = None
         self.resume_for_run, self.best_damaged = None, False
         best = t.state.best_model_checkpoint
-        if t.args.load_best_model_at_end and best is not None:
+        if t.plan.schedule.load_best_model_at_end and best is not None:
             t._load_best_model()
-        if t.args.should_save and best is not None and t.args.save_total_limit == 1 and not self.best_damaged:
+        if (
+            t.args.should_save
+            and best is not None
+            and t.plan.checkpoint.save_total_limit == 1
+            and not self.best_damaged
+        ):
             rotate_checkpoints(t._get_output_dir(trial), 1, best, at_train_end=True)
 
     def load_best_model(self) -> None:

@@ -17,7 +17,6 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
 
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
-from hf_lightning.args.runtime import sampler_seed
 from hf_lightning.data.collators import (
     RemoveColumnsCollator,
     compute_lengths,
@@ -48,13 +47,11 @@ def _is_batch_sampler(sampler: Any) -> bool:
     return isinstance(sampler, (ENGINE.BatchRebalanceSampler, torch.utils.data.BatchSampler))
 
 
-def _tensor_parallel_size(model: Any, args: Any) -> int:
+def _tensor_parallel_size(model: Any, data: Any) -> int:
     """The tensor-parallel degree, where transformers reads it: ``model._tp_size``, else ``parallelism_config``."""
     size = getattr(model, "_tp_size", None)
     if size is None:
-        size = getattr(args.parallelism_config, "tp_size", None)
-        if size is None and isinstance(args.parallelism_config, dict):
-            size = args.parallelism_config.get("tp_size")
+        size = data.parallelism_tp_size
     return int(size or 1)
 
 
@@ -88,24 +85,24 @@ class DataLoaderBuilder:
         dataset = t.train_dataset if train_dataset is None else train_dataset
         if dataset is None or not has_length(dataset):
             return None
-        args = t.args
-        tp_size = _tensor_parallel_size(t.model, args)
-        if args.train_sampling_strategy == "batch_rebalance" and tp_size > 1:
+        args, data = t.args, t.plan.data
+        tp_size = _tensor_parallel_size(t.model, data)
+        if data.train_sampling_strategy == "batch_rebalance" and tp_size > 1:
             raise ValueError(
                 "`TrainingArguments(train_sampling_strategy='batch_rebalance')` supports data-parallel training "
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
                 f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
-        seed = sampler_seed(args.seed, args.data_seed)
+        seed = data.sampler_seed
         sampler, batch_sampler = ENGINE.build_train_sampler(
-            args.train_sampling_strategy,
+            data.train_sampling_strategy,
             lengths if lengths is not None else len(dataset),
             batch_size=t._train_batch_size,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            gradient_accumulation_steps=t.plan.module.gradient_accumulation_steps,
             num_replicas=max(args.world_size, 1),
             rank=args.process_index,
             seed=seed,
-            drop_last=args.dataloader_drop_last,
+            drop_last=data.dataloader_drop_last,
         )
         return batch_sampler if batch_sampler is not None else sampler
 
@@ -117,7 +114,7 @@ class DataLoaderBuilder:
         if eval_dataset is None and t.eval_dataset is None:
             raise ValueError("Trainer: evaluation requires an eval_dataset.")
         key = eval_dataset if isinstance(eval_dataset, str) else "eval"
-        persistent = t.args.dataloader_persistent_workers
+        persistent = t.plan.data.dataloader_persistent_workers
         if persistent and key in self.eval_dataloaders:
             return self.eval_dataloaders[key]
         if isinstance(eval_dataset, str):
@@ -150,21 +147,21 @@ class DataLoaderBuilder:
         if eval_dataset is None or not has_length(eval_dataset):
             return None
         t = self.trainer
-        args = t.args
+        args, data = t.args, t.plan.data
         world_size, rank = ENGINE.EvalEngine(t.accelerator, args).world()
         if world_size > 1:
             return ENGINE.EvalShardSampler(
-                len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=args.dataloader_drop_last
+                len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=data.dataloader_drop_last
             )
-        if args.train_sampling_strategy == "group_by_length":
-            seed = sampler_seed(args.seed, args.data_seed)
+        if data.train_sampling_strategy == "group_by_length":
+            seed = data.sampler_seed
             names = getattr(t.processing_class, "model_input_names", None)
             return ENGINE.LengthGroupedSampler(
                 args.eval_batch_size,
                 dataset=eval_dataset,
                 lengths=lengths,
                 model_input_name=names[0] if names else None,
-                length_column_name=args.length_column_name,
+                length_column_name=data.length_column_name,
                 generator=torch.Generator().manual_seed(seed),
                 num_replicas=1,
                 rank=0,
@@ -192,11 +189,11 @@ class DataLoaderBuilder:
     def _build(
         self, dataset: Any, description: str, batch_size: int, sampler_fn: Any, is_training: bool
     ) -> DataLoader | DispatchedBatches:
-        args = self.trainer.args
+        args, data = self.trainer.args, self.trainer.plan.data
         lengths = None
         if (
             is_training
-            and args.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES
+            and data.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES
             and has_length(dataset)
             and not isinstance(dataset, IterableDataset)
         ):
@@ -210,22 +207,22 @@ class DataLoaderBuilder:
                 params["batch_sampler"] = sampler
             else:
                 params["sampler"] = sampler
-                params["drop_last"] = args.dataloader_drop_last
+                params["drop_last"] = data.dataloader_drop_last
             if is_training:
                 params["worker_init_fn"] = partial(
-                    seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index
+                    seed_worker, num_workers=data.dataloader_num_workers, rank=args.process_index
                 )
             return DataLoader(dataset, **params)
         # transformers leaves drop_last off for a stream; its documentation promises to drop the last
         # incomplete batch, so the stream's is dropped too (docs/divergences.md).
-        params["drop_last"] = args.dataloader_drop_last
+        params["drop_last"] = data.dataloader_drop_last
         if is_training:
             return self._stream_loader(dataset, params)
         return DataLoader(dataset, **params)
 
     def _loader_params(self, batch_size: int, collator: Any) -> dict[str, Any]:
         """Batch size and collator, plus the worker and pinning options the plan translates once."""
-        settings = ENGINE.data_settings(self.trainer.args, cuda_available=torch.cuda.is_available())
+        settings = self.trainer.plan.data
         return {"batch_size": batch_size, "collate_fn": collator, **settings.loader_kwargs()}
 
     def _without_unused_columns(self, dataset: Any, description: str) -> tuple[Any, Any]:
@@ -239,7 +236,7 @@ class DataLoaderBuilder:
     def remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
         """``Trainer._remove_unused_columns``: ``dataset`` without the columns outside ``_signature_columns``."""
         t = self.trainer
-        if not t.args.remove_unused_columns:
+        if not t.plan.data.remove_unused_columns:
             return dataset
         return remove_unused_columns(
             dataset,
@@ -252,7 +249,7 @@ class DataLoaderBuilder:
     def collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any:
         """``Trainer._get_collator_with_removed_columns``: ``data_collator`` dropping the unused keys of each feature."""
         t = self.trainer
-        if not t.args.remove_unused_columns:
+        if not t.plan.data.remove_unused_columns:
             return data_collator
         return RemoveColumnsCollator(
             data_collator,
@@ -264,25 +261,25 @@ class DataLoaderBuilder:
 
     def _stream_loader(self, dataset: Any, params: dict[str, Any]) -> DataLoader | DispatchedBatches:
         """The training loader of an ``IterableDataset`` (each process reads its share of the stream)."""
-        args = self.trainer.args
-        if args.max_steps <= 0:
+        args, data = self.trainer.args, self.trainer.plan.data
+        if self.trainer.plan.length.max_steps <= 0:
             raise ValueError(
                 "`TrainingArguments(max_steps=...)` must be a positive number of steps when "
                 "train_dataset is an IterableDataset (it has no length to count epochs with)"
             )
-        if args.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES:
+        if data.train_sampling_strategy in LENGTH_SAMPLING_STRATEGIES:
             logger.warning(
                 "`train_sampling_strategy='%s'` is ignored because the training dataset does not implement "
                 "`__len__` (e.g. an `IterableDataset`). Examples will be consumed in the dataset's own order.",
-                args.train_sampling_strategy,
+                data.train_sampling_strategy,
             )
         if args.world_size > 1:  # each process trains on its share of the stream, as accelerate dispatches it
-            seed = sampler_seed(args.seed, args.data_seed)
+            seed = data.sampler_seed
             return DispatchedBatches(
                 DataLoader(dataset, **params),
                 args.world_size,
                 args.process_index,
-                drop_last=args.dataloader_drop_last,
+                drop_last=data.dataloader_drop_last,
                 seed=seed,
             )
         return DataLoader(dataset, **params)
@@ -305,4 +302,4 @@ class DataLoaderBuilder:
         if processing_class is not None:
             names = getattr(processing_class, "model_input_names", None)
             name = names[0] if names else None
-        return compute_lengths(dataset, self.trainer.args.length_column_name, name)
+        return compute_lengths(dataset, self.trainer.plan.data.length_column_name, name)

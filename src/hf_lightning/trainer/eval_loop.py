@@ -98,7 +98,7 @@ class EvaluationLoop:
     ) -> EvalLoopOutput:
         """Run ``prediction_step`` over ``dataloader`` and compute the metrics (with or without labels)."""
         if prediction_loss_only is None:
-            prediction_loss_only = self.trainer.args.prediction_loss_only
+            prediction_loss_only = self.trainer.plan.evaluation.prediction_loss_only
         engine = ENGINE.EvalEngine(self.trainer.accelerator, self.trainer.args)
         model = self._prepare_model_for_eval(engine)
         self._log_eval_header(dataloader, description)
@@ -106,7 +106,7 @@ class EvaluationLoop:
         self._set_optimizer_mode("eval")
         self.trainer.callback_handler.eval_dataloader = dataloader
         run = _EvalRun(
-            self.trainer.args.eval_do_concat_batches,
+            self.trainer.plan.evaluation.eval_do_concat_batches,
             self.trainer._predictions_padding_index(),
             self._eval_collective(engine, dataloader),
             description,
@@ -129,13 +129,13 @@ class EvaluationLoop:
         return self._eval_output(run, dataloader, metric_key_prefix)
 
     def _eval_step(self, run: _EvalRun, model: nn.Module, inputs: Any, step: int, is_last: bool) -> None:
-        args = self.trainer.args
+        args, settings = self.trainer.args, self.trainer.plan.evaluation
         batch_size = find_batch_size(inputs)
         run.observed += batch_size or 0
         outputs = self.trainer.prediction_step(
             model, inputs, run.prediction_loss_only, ignore_keys=run.ignore_keys
         )
-        keep = run.description == "Prediction" or not args.batch_eval_metrics
+        keep = run.description == "Prediction" or not settings.batch_eval_metrics
         losses, logits, labels = self._gather_step(
             run, step, keep, inputs, outputs, batch_size or args.eval_batch_size
         )
@@ -143,13 +143,20 @@ class EvaluationLoop:
         training.control = self.trainer.callback_handler.on_prediction_step(
             args, self.trainer.state, self.trainer.control
         )
-        if args.batch_eval_metrics:
+        if settings.batch_eval_metrics:
             if self.trainer.compute_metrics is not None and logits is not None and labels is not None:
                 prediction = make_eval_prediction(
-                    logits, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
+                    logits,
+                    labels,
+                    inputs=inputs,
+                    losses=losses,
+                    include_for_metrics=settings.include_for_metrics,
                 )
                 run.metrics = self.trainer.compute_metrics(prediction, compute_result=is_last)
-        elif args.eval_accumulation_steps is not None and (step + 1) % args.eval_accumulation_steps == 0:
+        elif (
+            settings.eval_accumulation_steps is not None
+            and (step + 1) % settings.eval_accumulation_steps == 0
+        ):
             run.offload()
 
     def _gather_step(
@@ -166,7 +173,7 @@ class EvaluationLoop:
         if losses is not None:
             losses = collective.gather(losses.repeat(batch_size), step)  # one loss per sample
             run.losses.add(losses)
-        if "inputs" in (self.trainer.args.include_for_metrics or ()):
+        if "inputs" in self.trainer.plan.evaluation.include_for_metrics:
             decoded = collective.gather(collective.pad_across_processes(self._eval_main_input(inputs)), step)
             if keep:
                 run.inputs.add(decoded)
@@ -186,7 +193,7 @@ class EvaluationLoop:
         return losses, logits, labels
 
     def _eval_output(self, run: _EvalRun, dataloader: Any, prefix: str) -> EvalLoopOutput:
-        args = self.trainer.args
+        plan = self.trainer.plan
         losses, preds = run.losses.get_arrays(), run.preds.get_arrays()
         labels, inputs = run.labels.get_arrays(), run.inputs.get_arrays()
         metrics = run.metrics
@@ -194,15 +201,19 @@ class EvaluationLoop:
             self.trainer.compute_metrics is not None
             and preds is not None
             and labels is not None
-            and not args.batch_eval_metrics
+            and not plan.evaluation.batch_eval_metrics
         ):
             metrics = self.trainer.compute_metrics(
                 make_eval_prediction(
-                    preds, labels, inputs=inputs, losses=losses, include_for_metrics=args.include_for_metrics
+                    preds,
+                    labels,
+                    inputs=inputs,
+                    losses=losses,
+                    include_for_metrics=plan.evaluation.include_for_metrics,
                 )
             )
         metrics = dict(denumpify_detensorize(metrics)) if metrics is not None else {}
-        loss = mean_eval_loss(losses, args.logging_nan_inf_filter)
+        loss = mean_eval_loss(losses, plan.module.logging_nan_inf_filter)
         if loss is not None:
             metrics[f"{prefix}_loss"] = loss
         if self.model_preparation_time is not None:
@@ -261,7 +272,7 @@ class EvaluationLoop:
             if not with_loss:
                 return None, model(**inputs)
             num_items = self._eval_num_items(model, inputs)
-            if self.trainer.args.use_liger_kernel and loss_only:
+            if self.trainer.plan.runtime.use_liger_kernel and loss_only:
                 inputs = {**inputs, "skip_logits": True}
             loss, outputs = self.trainer.compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items
@@ -288,7 +299,7 @@ class EvaluationLoop:
                 "custom loader): each of the %d processes keeps the results of its own batches.",
                 world_size,
             )
-        return ENGINE.EvalCollective(world_size, sampler, self.trainer.args.eval_use_gather_object)
+        return ENGINE.EvalCollective(world_size, sampler, self.trainer.plan.evaluation.eval_use_gather_object)
 
     def _set_optimizer_mode(self, mode: str) -> None:
         """Schedule-free optimizers have ``train()`` / ``eval()``; switch them with the model."""
@@ -324,7 +335,10 @@ class EvaluationLoop:
         if count is None:
             return None
         count = count.to(self.trainer.accelerator.device)
-        if self.trainer.args.average_tokens_across_devices and self.trainer.accelerator.num_processes > 1:
+        if (
+            self.trainer.plan.module.average_tokens_across_devices
+            and self.trainer.accelerator.num_processes > 1
+        ):
             count = self.trainer.accelerator.reduce(count, "sum")
         return count
 

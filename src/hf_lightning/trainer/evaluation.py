@@ -21,7 +21,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from hf_lightning.args.enums import SAVING_STRATEGIES, enum_value
+from hf_lightning.args.enums import SAVING_STRATEGIES
 from hf_lightning.best_metric import improves
 from hf_lightning.optim import steps_on_metric
 from hf_lightning.trainer.engine_door import ENGINE
@@ -120,7 +120,7 @@ class Evaluator:
             metrics = t.evaluate(ignore_keys=ignore_keys_for_eval)
         except RuntimeError as error:
             # the batch-size finder shrinks the training batch only: an evaluation OOM must not reach it
-            if t.args.auto_find_batch_size and is_out_of_memory_error(error):
+            if t.plan.length.auto_find_batch_size and is_out_of_memory_error(error):
                 raise RuntimeError(
                     "Evaluation ran out of memory. `TrainingArguments(auto_find_batch_size=True)` only adjusts "
                     "the training batch size; reduce `per_device_eval_batch_size` instead."
@@ -133,7 +133,7 @@ class Evaluator:
 
     def best_metric_key(self, metrics: dict[str, float]) -> str:
         """``metric_for_best_model`` with its ``eval_`` prefix; a clear KeyError when evaluation lacks it."""
-        name = self.trainer.args.metric_for_best_model
+        name = self.trainer.plan.schedule.metric_for_best_model
         if name is None:
             raise ValueError(
                 "`TrainingArguments(metric_for_best_model=None)`: a metric-driven scheduler and "
@@ -152,16 +152,17 @@ class Evaluator:
         """``Trainer._determine_best_metric``: whether ``metrics`` hold a new best ``metric_for_best_model``;
         updates ``state.best_metric`` and, when checkpoints are saved, ``state.best_global_step``."""
         t = self.trainer
-        args, state = t.args, t.state
-        if args.metric_for_best_model is None:
+        state = t.state
+        schedule = t.plan.schedule
+        if schedule.metric_for_best_model is None:
             return False
         value = metrics[self.best_metric_key(metrics)]
-        greater = bool(args.greater_is_better)
+        greater = bool(schedule.greater_is_better)
         if state.best_metric is None:  # transformers starts from the worst value: a NaN is never a best
             state.best_metric = float("-inf") if greater else float("inf")
         if not improves(value, state.best_metric, greater):
             return False
         state.best_metric = value
-        if enum_value(args.save_strategy) in SAVING_STRATEGIES:
+        if schedule.save_strategy in SAVING_STRATEGIES:
             state.best_global_step = state.global_step
         return True

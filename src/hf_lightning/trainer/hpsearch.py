@@ -247,7 +247,7 @@ class SearchRunner:
     @property
     def evaluates_during_training(self) -> bool:
         """Whether the arguments evaluate during training (``eval_strategy`` is not ``"no"``)."""
-        return enum_value(self.trainer.args.eval_strategy) != "no"
+        return self.trainer.plan.schedule.eval_strategy != "no"
 
     # --- one trial -------------------------------------------------------------------------
     def setup_trial(self, trial: Any) -> None:
@@ -283,7 +283,7 @@ class SearchRunner:
             if run.is_in_train:  # stopped by the backend (a pruned trial) or an error
                 run.is_in_train = False
                 t._deactivate_neftune()
-                run.memory_tracker = type(t._memory_tracker)(t.args.skip_memory_metrics)
+                run.memory_tracker = type(t._memory_tracker)(t.plan.runtime.skip_memory_metrics)
         if t.objective is not None:
             return t.objective, None
         metrics = t.evaluate()
@@ -326,7 +326,7 @@ class SearchRunner:
         holds thread primitives) it can be pickled to a Ray worker; ``run_trial`` makes a tracker there."""
         t = self.trainer
         base = args if args is not None else self.base_args if self.base_args is not None else t.args
-        if not t.args.skip_memory_metrics:
+        if not t.plan.runtime.skip_memory_metrics:
             logger.warning(
                 "Memory metrics are not measured in parallel or remote trials "
                 "(`TrainingArguments(skip_memory_metrics=False)` applies to sequential trials only)."

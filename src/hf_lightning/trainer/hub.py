@@ -74,10 +74,6 @@ def hub_api() -> Any:
     )
 
 
-def _strategy(args: Any) -> str:
-    return str(getattr(args.hub_strategy, "value", args.hub_strategy))
-
-
 class HubPublisher:
     """Creates the repository and pushes; owns the pushes in flight."""
 
@@ -99,7 +95,7 @@ class HubPublisher:
     def open_repository(self) -> None:
         """At ``Trainer`` construction: no repository yet; create it when ``push_to_hub`` is set."""
         self.hub_model_id = None
-        if self.trainer.args.push_to_hub:
+        if self.trainer.plan.hub.push_to_hub:
             self.trainer.init_hf_repo()
 
     def init_repo(self, token: str | None = None, private: bool | None = None) -> None:
@@ -110,10 +106,10 @@ class HubPublisher:
         t = self.trainer
         if not t.is_world_process_zero():
             return
-        args = t.args
-        name = args.hub_model_id or Path(str(args.output_dir)).absolute().name
-        token = token if token is not None else args.hub_token
-        private = private if private is not None else args.hub_private_repo
+        hub = t.plan.hub
+        name = hub.hub_model_id or Path(str(t.plan.checkpoint.output_dir)).absolute().name
+        token = token if token is not None else hub.hub_token
+        private = private if private is not None else hub.hub_private_repo
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
@@ -145,16 +141,14 @@ class HubPublisher:
         to ``create_model_card``. A failed push raises :class:`HubPushError`; the local files stay.
         """
         t = self.trainer
-        args = t.args
+        args, hub, output_dir = t.args, t.plan.hub, str(t.plan.checkpoint.output_dir)
         t.callback_handler.on_push_begin(args, t.state, t.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and args.should_save:
             model_name = (
-                Path(str(args.output_dir)).name
-                if args.hub_model_id is None
-                else args.hub_model_id.split("/")[-1]
+                Path(output_dir).name if hub.hub_model_id is None else hub.hub_model_id.split("/")[-1]
             )
-        token = token if token is not None else args.hub_token
+        token = token if token is not None else hub.hub_token
         if t.hub_model_id is None:
             t.init_hf_repo(token=token, private=private)
         t.save_model(_internal_call=True)
@@ -162,12 +156,12 @@ class HubPublisher:
             return None
         self._add_model_tags(kwargs)
         t.create_model_card(model_name=model_name, **kwargs)
-        revision = revision if revision is not None else args.hub_revision
+        revision = revision if revision is not None else hub.hub_revision
         t._finish_current_push()
         try:
             return self.api.upload_folder(
                 repo_id=t.hub_model_id,
-                folder_path=str(args.output_dir),
+                folder_path=output_dir,
                 commit_message=commit_message,
                 token=token,
                 run_as_future=not blocking,
@@ -177,7 +171,7 @@ class HubPublisher:
         except Exception as exc:
             raise HubPushError(
                 f"Pushing to the Hub repository {t.hub_model_id!r} failed ({type(exc).__name__}: {exc}). "
-                f"The model is safe at the local path {os.path.abspath(str(args.output_dir))}; "
+                f"The model is safe at the local path {os.path.abspath(output_dir)}; "
                 "call `trainer.push_to_hub()` again to retry."
             ) from exc
 
@@ -192,20 +186,20 @@ class HubPublisher:
     def push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """``Trainer._push_from_checkpoint``: push the model of a new checkpoint in the background."""
         t = self.trainer
-        args = t.args
-        strategy = _strategy(args)
+        args, plan = t.args, t.plan
+        strategy = plan.hub.hub_strategy
         if not t.is_world_process_zero() or strategy == "end":
             return
-        if not args.hub_always_push and not self.is_done():
+        if not plan.hub.hub_always_push and not self.is_done():
             logger.info("Skipping the push of %s: the previous push is still in flight.", checkpoint_folder)
             return
         t.callback_handler.on_push_begin(args, t.state, t.control)
-        output_dir = str(args.output_dir)
+        output_dir = str(plan.checkpoint.output_dir)
         self._copy_model_files(checkpoint_folder, output_dir)
         if t.processing_class is not None:
             t.processing_class.save_pretrained(output_dir)
         write_training_args(output_dir, args)
-        if str(getattr(args.save_strategy, "value", args.save_strategy)) == "steps":
+        if plan.schedule.save_strategy == "steps":
             message = f"Training in progress, step {t.state.global_step}"
         else:
             message = f"Training in progress, epoch {int(t.state.epoch or 0)}"
@@ -224,13 +218,13 @@ class HubPublisher:
 
     def _submit(self, message: str, folder: str, **options: Any) -> Future:
         """Upload ``folder`` in the background (one worker: in order); a failure is logged as a warning."""
-        args = self.trainer.args
+        hub = self.trainer.plan.hub
         job = self.api.upload_folder(
             repo_id=self.trainer.hub_model_id,
             folder_path=folder,
             commit_message=message,
-            token=args.hub_token,
-            revision=args.hub_revision,
+            token=hub.hub_token,
+            revision=hub.hub_revision,
             run_as_future=True,
             **options,
         )

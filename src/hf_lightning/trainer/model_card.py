@@ -14,10 +14,10 @@ import os
 from importlib import metadata
 from typing import Any
 
+from hf_lightning.args.hyperparameters import hyperparameters_of
 from hf_lightning.trainer.model_card_summary import (
     TASK_NAMES,
     as_list,
-    hyperparameters_of,
     results_of,
     rounded,
     run_summary,
@@ -194,7 +194,8 @@ def create_model_card(
 
     if not trainer.is_world_process_zero():
         return
-    path = os.path.join(trainer.args.output_dir, "README.md")
+    output_dir = str(trainer.plan.checkpoint.output_dir)
+    path = os.path.join(output_dir, "README.md")
     from_peft = False
     if os.path.exists(path):
         existing = ModelCard.load(path).data
@@ -217,7 +218,7 @@ def create_model_card(
     rows, summary["eval_results"] = results_of(trainer.state.log_history)
     data = _card_data(summary)
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n{_body(summary, hyperparameters_of(trainer.args), rows)}")
-    os.makedirs(trainer.args.output_dir, exist_ok=True)
+    os.makedirs(output_dir, exist_ok=True)
     card.save(path)
     if from_peft:
-        trainer.accelerator.unwrap_model(trainer.model).create_or_update_model_card(trainer.args.output_dir)
+        trainer.accelerator.unwrap_model(trainer.model).create_or_update_model_card(output_dir)

@@ -1,7 +1,7 @@
 """The facts of a model card, gathered from a trainer as transformers' ``TrainingSummary`` does.
 
 ``results_of`` reads the results table and the last evaluation out of ``state.log_history``;
-``hyperparameters_of`` lists the training hyperparameters; ``run_summary`` completes what the
+``run_summary`` completes what the
 caller of ``create_model_card`` gave (model name, base model, task, datasets, license, tags) from
 the trainer. ``hf_lightning.trainer.model_card`` writes the card from these facts.
 """
@@ -12,9 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hf_lightning.args.enums import enum_value
-
-__all__ = ["TASK_NAMES", "as_list", "hyperparameters_of", "results_of", "rounded", "run_summary"]
+__all__ = ["TASK_NAMES", "as_list", "results_of", "rounded", "run_summary"]
 
 _GENERATED_TAG = "generated_from_trainer"
 
@@ -102,51 +100,6 @@ def _result_row(entry: dict[str, Any], training_loss: Any) -> dict[str, Any]:
     return row
 
 
-def hyperparameters_of(args: Any) -> dict[str, Any]:
-    """The training hyperparameters a card lists, named and valued as transformers lists them."""
-    params: dict[str, Any] = {
-        name: getattr(args, name) for name in ("learning_rate", "train_batch_size", "eval_batch_size", "seed")
-    }
-    mode = enum_value(args.parallel_mode)
-    if mode not in ("not_parallel", "not_distributed"):
-        params["distributed_type"] = "multi-GPU" if mode == "distributed" else mode
-    world = args.world_size
-    if world > 1:
-        params["num_devices"] = world
-    if args.gradient_accumulation_steps > 1:
-        params["gradient_accumulation_steps"] = args.gradient_accumulation_steps
-    total_train = args.train_batch_size * world * args.gradient_accumulation_steps
-    if total_train != params["train_batch_size"]:
-        params["total_train_batch_size"] = total_train
-    if args.eval_batch_size * world != params["eval_batch_size"]:
-        params["total_eval_batch_size"] = args.eval_batch_size * world
-    if args.optim:
-        params["optimizer"] = _optimizer_line(args)
-    params["lr_scheduler_type"] = enum_value(args.lr_scheduler_type)
-    if args.warmup_steps != 0.0:
-        params["lr_scheduler_warmup_steps"] = args.warmup_steps
-    if args.max_steps != -1:
-        params["training_steps"] = args.max_steps
-    else:
-        params["num_epochs"] = args.num_train_epochs
-    if args.fp16:
-        params["mixed_precision_training"] = "Native AMP"
-    if args.label_smoothing_factor != 0.0:
-        params["label_smoothing_factor"] = args.label_smoothing_factor
-    return params
-
-
-def _optimizer_line(args: Any) -> str:
-    # transformers formats the option itself: an OptimizerNames reads ``OptimizerNames.ADAMW_TORCH``
-    name, extra = f"{args.optim}", args.optim_args or "No additional optimizer arguments"
-    if "adam" in str(enum_value(args.optim)).lower():
-        return (
-            f"Use {name} with betas=({args.adam_beta1},{args.adam_beta2}) and epsilon={args.adam_epsilon}"
-            f" and optimizer_args={extra}"
-        )
-    return f"Use {name} and the args are:\n{extra}"
-
-
 def _infer_task(model: Any) -> str | None:
     """The task tag of the model's class in transformers' auto mappings (the last task that lists it)."""
     try:
@@ -212,7 +165,7 @@ def run_summary(trainer: Any, **given: Any) -> dict[str, Any]:
     if summary["tasks"] is None:
         summary["tasks"] = _infer_task(trainer.model)
     if summary["model_name"] is None:
-        summary["model_name"] = Path(trainer.args.output_dir).name
+        summary["model_name"] = Path(str(trainer.plan.checkpoint.output_dir)).name
     if not summary["model_name"]:
         summary["model_name"] = summary["finetuned_from"]
     summary["tags"] = _with_generated_tag(summary["tags"])

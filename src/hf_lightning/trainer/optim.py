@@ -8,7 +8,7 @@ for one ``train()`` is created again for the next one, sized to that run).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -57,11 +57,11 @@ class OptimizerSetup:
             optimizer = t.optimizer if optimizer is None else optimizer
             t.lr_scheduler = ENGINE.section_scheduler(t.args, optimizer, num_training_steps, t.model) or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
-                    t.args.lr_scheduler_type,
+                    t.plan.module.lr_scheduler_type,
                     optimizer=optimizer,
                     num_warmup_steps=t.args.get_warmup_steps(num_training_steps),
                     num_training_steps=num_training_steps,
-                    scheduler_specific_kwargs=cast(dict, t.args.lr_scheduler_kwargs) or {},
+                    scheduler_specific_kwargs=dict(t.plan.module.lr_scheduler_kwargs),
                 )
             )
             self.created_lr_scheduler = True

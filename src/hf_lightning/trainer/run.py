@@ -146,7 +146,7 @@ class TrainingRun:
 
     def evaluate_on_start(self) -> None:
         """With ``eval_on_start``: evaluate before the first step (the scheduler is not stepped)."""
-        if self.trainer.args.eval_on_start:
+        if self.trainer.plan.schedule.eval_on_start:
             self.trainer._evaluate(self.trial, self.ignore_keys_for_eval, skip_scheduler=True)
 
     def on_resume_point(self, where: str, skipping: bool = False) -> None:
@@ -159,7 +159,7 @@ class TrainingRun:
         value = float(loss.detach().float().sum())  # one host read for both uses below
         if not ((value == 0.0 or not math.isfinite(value)) and self._without_targets(value)):
             observe_loss(self.nonfinite, t, value)  # the first non-finite loss: warn; StopOnNonFinite raises
-        if t.args.logging_nan_inf_filter and not math.isfinite(value):  # NaN or ±inf
+        if t.plan.module.logging_nan_inf_filter and not math.isfinite(value):  # NaN or ±inf
             self.tr_loss += self.tr_loss / (1 + t.state.global_step - self.globalstep_last_logged)
         else:
             self.tr_loss += loss.to(self.tr_loss.device)
@@ -258,7 +258,7 @@ class TrainingRun:
         if t.control.should_evaluate:
             metrics = t._evaluate(trial, ignore_keys_for_eval)
             is_new_best = t._determine_best_metric(metrics=metrics, trial=trial)
-            if t.args.save_strategy == "best":
+            if t.plan.schedule.save_strategy == "best":
                 self.control.should_save = is_new_best
         if t.control.should_save:
             t._save_checkpoint(model, trial)
@@ -287,7 +287,7 @@ class TrainingRun:
         t = self.trainer
         if t.state.epoch is not None:
             logs["epoch"] = t.state.epoch
-        if t.args.include_num_input_tokens_seen not in ("no", False, None):
+        if t.plan.module.include_num_input_tokens_seen != "no":
             logs["num_input_tokens_seen"] = t.state.num_input_tokens_seen
             if start_time is not None:
                 seen = t.state.num_input_tokens_seen - self.initial_num_input_tokens_seen
@@ -323,8 +323,8 @@ class TrainingRun:
     def track_input_tokens(self, inputs: dict[str, Any]) -> None:
         """``include_num_input_tokens_seen``: add this micro-batch's tokens (all ranks) to the state."""
         t = self.trainer
-        mode = t.args.include_num_input_tokens_seen
-        if mode in (False, "no", None):
+        mode = t.plan.module.include_num_input_tokens_seen
+        if mode == "no":
             return
         name = getattr(t.model, "main_input_name", "input_ids")
         if name not in inputs:

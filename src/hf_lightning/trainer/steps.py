@@ -65,7 +65,7 @@ class BatchSteps:
         with t.compute_loss_context_manager():
             loss = t.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
         del inputs
-        steps = t.args.torch_empty_cache_steps
+        steps = t.plan.module.torch_empty_cache_steps
         if steps is not None and t.state.global_step % steps == 0 and torch.cuda.is_available():
             torch.cuda.empty_cache()
         scaled = loss_is_scaled_for_ga(
@@ -104,7 +104,7 @@ class BatchSteps:
             shift_labels=t.loss_shifts_labels,
             label_smoother=label_smoother,
             compute_loss_func=t.compute_loss_func,
-            average_tokens_across_devices=t.args.average_tokens_across_devices,
+            average_tokens_across_devices=t.plan.module.average_tokens_across_devices,
             # tensor-parallel ranks share a batch: transformers scales by the data-parallel processes only
             world_size=t.accelerator.num_processes // t.get_tp_size(),
         )

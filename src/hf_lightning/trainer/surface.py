@@ -90,7 +90,7 @@ def init_engine_attributes(trainer: Any) -> dict[str, Any]:
     accelerator, args = trainer.accelerator, trainer.args
     flags: dict[str, Any] = {}
     flags["gather_function"] = functools.partial(
-        accelerator.gather_for_metrics, use_gather_object=args.eval_use_gather_object
+        accelerator.gather_for_metrics, use_gather_object=trainer.plan.evaluation.eval_use_gather_object
     )
     flags["is_deepspeed_enabled"] = getattr(accelerator.state, "deepspeed_plugin", None) is not None
     flags["is_fsdp_enabled"] = getattr(accelerator.state, "fsdp_plugin", None) is not None
@@ -166,7 +166,7 @@ def save_model_files(trainer: Any, output_dir: str | None = None, state_dict: di
 
     if not trainer.args.should_save:
         return
-    output_dir = str(trainer.args.output_dir) if output_dir is None else output_dir
+    output_dir = str(trainer.plan.checkpoint.output_dir) if output_dir is None else output_dir
     processing = trainer.checkpoints.processing_to_save()
     save_model(
         trainer.model, output_dir, processing_class=processing, args=trainer.args, state_dict=state_dict

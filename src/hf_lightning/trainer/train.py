@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from hf_lightning.args.translate import module_settings, run_length
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.lock import claim_output_dir
 from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args, report_resume_changes
@@ -80,20 +81,22 @@ class TrainLauncher:
         self, resume_from_checkpoint: str | bool | None, trial: Any, ignore_keys_for_eval: list[str] | None
     ) -> TrainOutput:
         t, current = self.trainer, self.trainer.run
-        args = t.args
+        args, runtime = t.args, t.plan.runtime
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         if t.model_init is not None:  # a fresh model at every train(), seeded as transformers seeds it
-            enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+            enable_full_determinism(runtime.seed) if runtime.full_determinism else set_seed(runtime.seed)
             t.model = current.model_wrapped = t.call_model_init(trial)
             t._inspect_model()
             t.optimizer, t.lr_scheduler = None, None
-        if args.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
-            apply_liger_kernel(t.model, args.liger_kernel_config)
+        if runtime.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
+            apply_liger_kernel(t.model, runtime.liger_kernel_config)
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
-                raise ValueError(f"No valid checkpoint found in output directory ({args.output_dir})")
+                raise ValueError(
+                    f"No valid checkpoint found in output directory ({t.plan.checkpoint.output_dir})"
+                )
             t.checkpoints.verified(resume_from_checkpoint)  # its files were just verified
         if resume_from_checkpoint is not None:
             t._load_from_checkpoint(resume_from_checkpoint)
@@ -107,7 +110,7 @@ class TrainLauncher:
             trial=trial,
             ignore_keys_for_eval=ignore_keys_for_eval,
         )
-        if not args.auto_find_batch_size:
+        if not t.plan.length.auto_find_batch_size:
             return t._inner_training_loop(**run)
         if resume_from_checkpoint is not None:  # continue with the batch size the checkpointed run found
             path = os.path.join(resume_from_checkpoint, "trainer_state.json")
@@ -212,7 +215,7 @@ class TrainLauncher:
             num_update_steps_per_epoch=steps_per_epoch,
             initial_global_step=t.state.global_step,
             epochs_trained=epochs_trained,
-            skip_windows=steps_trained // max(args.gradient_accumulation_steps, 1),
+            skip_windows=steps_trained // max(t.plan.module.gradient_accumulation_steps, 1),
         )
         try:
             ENGINE.run_fit(request)
@@ -254,10 +257,10 @@ class TrainLauncher:
                     run.state.best_model_checkpoint = None
                 t._load_callback_state()
                 epochs_trained = int(t.state.global_step // num_update_steps_per_epoch)
-                if not t.args.ignore_data_skip:
+                if not t.plan.length.ignore_data_skip:
                     steps_trained = (
                         t.state.global_step % num_update_steps_per_epoch
-                    ) * t.args.gradient_accumulation_steps
+                    ) * t.plan.module.gradient_accumulation_steps
         t.state.init_training_references(t, max_steps, num_train_epochs, trial)
         run.state.is_local_process_zero = t.is_local_process_zero()
         run.state.is_world_process_zero = t.is_world_process_zero()
@@ -267,34 +270,35 @@ class TrainLauncher:
         """``Trainer.set_initial_training_values``: (num_train_epochs, num_update_steps_per_epoch,
         num_examples, num_train_samples, total_train_batch_size, steps_in_epoch, max_steps)."""
         t = self.trainer
-        max_steps = args.max_steps
+        length = run_length(args)  # of the arguments given, as transformers' set_initial_training_values
+        max_steps = length.max_steps
         len_dataloader = len(dataloader) if has_length(dataloader) else None
         total_train_batch_size = t.get_total_train_batch_size(args)
-        ga = args.gradient_accumulation_steps
+        ga = module_settings(args).gradient_accumulation_steps
         num_update_steps_per_epoch = 0
         if len_dataloader is not None:
             num_update_steps_per_epoch = max(len_dataloader // ga + int(len_dataloader % ga > 0), 1)
             if max_steps < 0:  # epoch-based
-                max_steps = math.ceil(args.num_train_epochs * num_update_steps_per_epoch)
+                max_steps = math.ceil(length.num_train_epochs * num_update_steps_per_epoch)
         if len_dataloader:
             num_examples = t.num_examples(dataloader)
-            if args.max_steps > 0:
+            if length.max_steps > 0:
                 num_train_epochs = max_steps // num_update_steps_per_epoch + int(
                     max_steps % num_update_steps_per_epoch > 0
                 )
                 num_train_samples = max_steps * total_train_batch_size
             else:
-                num_train_epochs = math.ceil(args.num_train_epochs)
-                num_train_samples = num_examples * args.num_train_epochs
-        elif args.max_steps > 0:
+                num_train_epochs = math.ceil(length.num_train_epochs)
+                num_train_samples = num_examples * length.num_train_epochs
+        elif length.max_steps > 0:
             num_train_epochs = sys.maxsize
             num_update_steps_per_epoch = max_steps
-            num_examples = total_train_batch_size * args.max_steps
-            num_train_samples = args.max_steps * total_train_batch_size
+            num_examples = total_train_batch_size * length.max_steps
+            num_train_samples = length.max_steps * total_train_batch_size
         else:
             raise ValueError(
                 "`TrainingArguments(max_steps=...)` must be set to a positive value when the "
-                f"training dataloader has no length, got {args.max_steps}"
+                f"training dataloader has no length, got {length.max_steps}"
             )
         steps_in_epoch = len_dataloader if len_dataloader is not None else max_steps * ga
         return (
@@ -313,7 +317,7 @@ class TrainLauncher:
             dataset = dataloader.dataset
             return len(dataset)
         except (NameError, AttributeError, TypeError):
-            return len(dataloader) * self.trainer.args.per_device_train_batch_size
+            return len(dataloader) * self.trainer.plan.data.per_device_train_batch_size
 
     def _finalize(self, trial: Any, num_train_samples: int) -> TrainOutput:
         logger.info(
@@ -344,15 +348,15 @@ class TrainLauncher:
     def output_dir(self, trial: Any) -> str:
         """``Trainer._get_output_dir``: ``output_dir/<trial run name>`` during a search, else ``output_dir``."""
         t = self.trainer
-        output_dir, run_name = str(t.args.output_dir), t.search.trial_run_name
+        output_dir, run_name = str(t.plan.checkpoint.output_dir), t.search.trial_run_name
         return os.path.join(output_dir, run_name) if trial is not None and run_name else output_dir
 
     def apply_runtime_options(self) -> None:
         """``activation_checkpointing`` on the model and ``tf32`` on CUDA matmuls, as transformers."""
         t = self.trainer
-        args, model = t.args, cast(Any, t.model)  # an HF model (PreTrainedModel) has these methods
-        if args.activation_checkpointing:
-            kwargs = dict(cast(dict, args.activation_checkpointing_kwargs) or {})
+        plan, model = t.plan, cast(Any, t.model)  # an HF model (PreTrainedModel) has these methods
+        if plan.module.activation_checkpointing:
+            kwargs = dict(plan.module.activation_checkpointing_kwargs or {})
             every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
             enable = getattr(model, "activation_checkpointing_enable", None)
             if callable(enable):
@@ -368,9 +372,9 @@ class TrainLauncher:
                     "`TrainingArguments(activation_checkpointing=True)` needs a model with "
                     f"`activation_checkpointing_enable()` (a PreTrainedModel); {type(model).__name__} has none"
                 )
-        if args.tf32 is not None and torch.cuda.is_available():
-            torch.backends.cuda.matmul.allow_tf32 = bool(args.tf32)
-            torch.backends.cudnn.allow_tf32 = bool(args.tf32)
+        if plan.runtime.tf32 is not None and torch.cuda.is_available():
+            torch.backends.cuda.matmul.allow_tf32 = bool(plan.runtime.tf32)
+            torch.backends.cudnn.allow_tf32 = bool(plan.runtime.tf32)
 
     # --- NEFTune ---------------------------------------------------------------------------
     def activate_neftune(self) -> None:

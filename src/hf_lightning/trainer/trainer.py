@@ -47,6 +47,7 @@ from hf_lightning.callbacks import (
     TrainerState,
 )
 from hf_lightning.loss import model_accepts_loss_kwargs
+from hf_lightning.plan import TrainerPlan, current_plan
 from hf_lightning.trainer import metrics as _metrics
 from hf_lightning.trainer import model_card as _model_card
 from hf_lightning.trainer import surface
@@ -127,12 +128,14 @@ class Trainer:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        plan = self.plan  # the arguments translated once (hf_lightning.plan)
         self._build_parts()
-        enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
-        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        runtime = plan.runtime
+        enable_full_determinism(runtime.seed) if runtime.full_determinism else set_seed(runtime.seed)
+        self._memory_tracker = TrainerMemoryTracker(runtime.skip_memory_metrics)
         self._memory_tracker.start()
         configure_trainer_logging(args)  # log_level / log_level_replica, as transformers' __init__
-        if args.max_steps > 0 and args.num_train_epochs > 0:
+        if plan.length.max_steps > 0 and plan.length.num_train_epochs > 0:
             logger.info("max_steps is given, it will override any value given in num_train_epochs")
         ENGINE.check_supported(args)
         self.create_accelerator_and_postprocess()
@@ -155,14 +158,14 @@ class Trainer:
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         check_trainer_arguments(self)  # what transformers refuses at construction (init_checks.py)
-        self.neftune_noise_alpha = args.neftune_noise_alpha
+        self.neftune_noise_alpha = plan.module.neftune_noise_alpha
         self._inspect_model()
         self._init_callbacks(callbacks)
         self.hub.open_repository()  # init_hf_repo when push_to_hub, as transformers' __init__
         self._init_bookkeeping()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
-            self.model.config.use_cache = args.use_cache
+            self.model.config.use_cache = self.plan.runtime.use_cache
         self._memory_tracker.stop_and_update_metrics()
 
     def _build_parts(self) -> None:
@@ -188,12 +191,12 @@ class Trainer:
             self.optimizer,
             self.lr_scheduler,
         )
-        self.add_callback(PrinterCallback if self.args.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
+        self.add_callback(PrinterCallback if self.plan.runtime.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
 
     def _inspect_model(self) -> None:
         """Decide once how the model's loss is computed (transformers' model_accepts_loss_kwargs etc.)."""
         model = self.model
-        self.label_smoother = build_label_smoother(self.args, model)
+        self.label_smoother = build_label_smoother(self.plan.module, model)
         self.model_accepts_loss_kwargs: bool = model_accepts_loss_kwargs(model)
         # None: the model's loss is asked at its first batch (hf_lightning.loss_rule); True/False overrides
         self.loss_shifts_labels: bool | None = None
@@ -248,6 +251,11 @@ class Trainer:
     _maybe_log_save_evaluate = delegate("run", TrainingRun.maybe_log_save_evaluate)
     floating_point_ops = delegate("run", TrainingRun.floating_point_ops)
     store_flos = delegate("run", TrainingRun.store_flos)
+
+    @property
+    def plan(self) -> TrainerPlan:
+        """``self.args`` translated once (``hf_lightning.plan``); rebuilt when ``args`` is replaced or set."""
+        return current_plan(self)
 
     def get_total_train_batch_size(self, args: Any) -> int:
         """per-device batch × gradient accumulation × data-parallel world size."""
@@ -332,7 +340,7 @@ class Trainer:
         """Write ``metrics`` (unformatted) to ``{output_dir}/{split}_results.json``; with ``combined``, also
         merge them into ``all_results.json``. Only on the world-zero process."""
         if self.is_world_process_zero():
-            _metrics.write_metrics(str(self.args.output_dir), split, metrics, combined)
+            _metrics.write_metrics(str(self.plan.checkpoint.output_dir), split, metrics, combined)
 
     # --- checkpoints: trainer.checkpoints -----------------------------------------------------
     save_model = delegate("checkpoints", CheckpointPolicy.save_model)
