@@ -12,7 +12,7 @@ these ``Protocol``s. Every name here is public: no adapter reaches into a facade
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch
@@ -44,8 +44,8 @@ class TrainingRunPart(Protocol):
     def on_resume_point(self, where: str, skipping: bool = False) -> None:
         """``where`` is "epoch" (each epoch begin) or "step" (each step begin): restore a resumed run's RNG."""
 
-    def add_micro_batch(self, inputs: Mapping[str, Any], loss: torch.Tensor) -> None:
-        """Count one micro-batch: its loss, FLOPs and input tokens."""
+    def train_micro_batch(self, model: nn.Module, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
+        """Train one micro-batch (``Trainer.training_step``) and count it: its loss, FLOPs and input tokens."""
 
     def after_optimizer_step(self, grad_norm: float | None) -> None:
         """After each optimizer step, before ``on_step_end``: the first non-finite weight is reported."""

@@ -133,7 +133,7 @@ class TrainLoopDriver:
         self.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
         # accelerate's sync_gradients: True on the micro-batch that completes the optimizer step
         t.accelerator.gradient_state.sync_gradients = self.micro_batch == window - 1
-        return t.training_step(model, inputs, num_items_in_batch)
+        return t.run.train_micro_batch(model, inputs, num_items_in_batch)  # and its loss added to the run
 
     def on_step_begin(self) -> None:
         self.micro_batch = 0
@@ -142,8 +142,7 @@ class TrainLoopDriver:
 
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         self.step += 1
-        self.micro_batch += 1
-        self.trainer.run.add_micro_batch(inputs, loss)
+        self.micro_batch += 1  # (its loss, FLOPs and tokens were added by ``run.train_micro_batch``)
 
     def on_substep_end(self) -> None:
         self._event("on_substep_end")

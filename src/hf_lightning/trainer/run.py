@@ -5,7 +5,7 @@ public methods below; everything the user may override is called through the Tra
 
     begin(trial, ignore_keys_for_eval)     # Trainer._inner_training_loop, before the fit
     start()                                # on_train_begin: the clock starts
-    add_micro_batch(inputs, loss)          # after each micro-batch: loss sum, FLOPs, input tokens
+    train_micro_batch(model, inputs, n)    # each micro-batch: Trainer.training_step, then add_micro_batch
     log_save_evaluate(grad_norm, epoch, lr)
         -> Trainer._maybe_log_save_evaluate(tr_loss, ...)   # overridable
             -> maybe_log_save_evaluate: Trainer.log / _evaluate / _determine_best_metric / _save_checkpoint
@@ -152,6 +152,15 @@ class TrainingRun:
     def on_resume_point(self, where: str, skipping: bool = False) -> None:
         """At each epoch begin ("epoch") and step begin ("step"): restore a resumed run's RNG and scaler."""
         self.trainer.checkpoints.on_resume_point(where, skipping=skipping)
+
+    def train_micro_batch(
+        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any
+    ) -> torch.Tensor:
+        """One micro-batch: the overridable ``Trainer.training_step``, then its loss, FLOPs and tokens added to
+        the run. The engine's one call into the facade for a micro-batch (the way back is the loss)."""
+        loss = self.trainer.training_step(model, inputs, num_items_in_batch)
+        self.add_micro_batch(inputs, loss)
+        return loss
 
     def add_micro_batch(self, inputs: dict[str, Any], loss: torch.Tensor) -> None:
         """Add one micro-batch's loss (NaN/inf replaced by the running mean), FLOPs and input tokens."""
