@@ -144,3 +144,13 @@ def test_every_group_field_has_a_reader():
     reads = _attribute_reads()
     unread = {field: owners for field, owners in _group_fields().items() if field not in reads}
     assert unread == {}
+
+
+def test_a_change_inside_a_fields_value_is_not_seen_until_the_field_is_set(tmp_path):
+    """docs/divergences.md: the plan holds copies of dict fields, so editing one in place changes nothing;
+    setting the field (the documented way) is seen at once."""
+    trainer = _trainer(__import__("hf_lightning"), tmp_path, lr_scheduler_kwargs={"power": 1.0})
+    trainer.args.lr_scheduler_kwargs["power"] = 2.0
+    assert dict(trainer.plan.module.lr_scheduler_kwargs) == {"power": 1.0}
+    trainer.args.lr_scheduler_kwargs = {"power": 2.0}
+    assert dict(trainer.plan.module.lr_scheduler_kwargs) == {"power": 2.0}
