@@ -12,7 +12,7 @@ import pathlib
 import hf_lightning
 from hf_lightning.callbacks import TrainerCallback, TrainerControl, TrainerState
 from hf_lightning.trainer.run import RUN_ATTRIBUTES, TrainingRun
-from tests.tiny import RegressionModel, regression_data
+from tests.trainer.test_trainer_parts import make_trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TRAINER_NAMES = {"t", "trainer", "tr"}
@@ -95,18 +95,9 @@ def test_the_walk_sees_a_part_writing_the_trainer(tmp_path):
 
 
 def _trainer(tmp_path, **overrides):
-    args = hf_lightning.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
-        per_device_train_batch_size=4,
-        max_steps=3,
-        logging_steps=1,
-        **overrides,
+    return make_trainer(
+        tmp_path, **{"per_device_train_batch_size": 4, "max_steps": 3, "logging_steps": 1, **overrides}
     )
-    return hf_lightning.Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(32))
 
 
 def test_before_train_the_attributes_have_transformers_initial_values(tmp_path):

@@ -16,16 +16,10 @@ from tests.tiny import RegressionModel, regression_data
 
 
 def make_trainer(tmp_path, cls=hf_lightning.Trainer, **overrides):
-    args = hf_lightning.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
-        per_device_train_batch_size=8,
-        max_steps=2,
-        **overrides,
-    )
+    """A Trainer of the tiny regression model; ``overrides`` replace or add ``TrainingArguments`` fields."""
+    defaults = dict(report_to="none", use_cpu=True, disable_tqdm=True, save_strategy="no")
+    defaults.update(per_device_train_batch_size=8, max_steps=2)
+    args = hf_lightning.TrainingArguments(output_dir=str(tmp_path / "out"), **{**defaults, **overrides})
     return cls(model=RegressionModel(), args=args, train_dataset=regression_data(32))
 
 
