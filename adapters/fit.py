@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -128,13 +128,12 @@ def run_fit(request: FitRequest) -> HFModule:
     kwargs["limit_val_batches"] = 0
     module = _module_class(plan)(
         facade.model,
-        facade.args,  # create_optimizer builds from the arguments; the module reads only plan.module
         driver=request.driver,
         optimizers=(facade.optimizer, facade.lr_scheduler),
         shift_labels=getattr(facade, "loss_shifts_labels", None),
         compute_loss_func=facade.compute_loss_func,
         settings=plan.module,
-        **({"fsdp": plan.distributed.fsdp} if plan.distributed.fsdp is not None else {}),
+        **cast(dict[str, Any], {"fsdp": plan.distributed.fsdp} if plan.distributed.fsdp is not None else {}),
     )
     facade.accelerator.bind(module)
     windows = AccumulationWindows(

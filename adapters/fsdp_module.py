@@ -68,9 +68,11 @@ def _shard_state(state: dict[str, Any], old: torch.Tensor, new: Any) -> dict[str
 class FSDP2Module(HFModule):
     """:class:`HFModule` whose model is sharded with ``fully_shard`` over the data-parallel mesh."""
 
-    def __init__(self, *args: Any, fsdp: FSDPSettings | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        settings = fsdp if fsdp is not None else fsdp_settings(self.args)
+    def __init__(
+        self, model: Any, args: Any = None, *, fsdp: FSDPSettings | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(model, args, **kwargs)
+        settings = fsdp if fsdp is not None else fsdp_settings(args) if args is not None else None
         if settings is None or settings.version != 2:
             raise ValueError(
                 "`FSDP2Module` needs `TrainingArguments(fsdp=...)` with FSDP2 (`fsdp_config['version']` 2, the "

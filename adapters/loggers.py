@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_lightning.args import trackers
+from hf_lightning.plan.reporting import TrackerSettings
 
 __all__ = [
     "CALLBACK_REPORTERS",
@@ -125,10 +126,8 @@ def _require_installed(name: str) -> None:
         )
 
 
-def _options(name: str, args: Any, env: Mapping[str, str]) -> dict[str, Any]:
-    output_dir = args.output_dir if args.output_dir is not None else "trainer_output"
-    run_name = args.run_name
-    project = getattr(args, "project", None) or "huggingface"
+def _options(name: str, settings: TrackerSettings, env: Mapping[str, str]) -> dict[str, Any]:
+    output_dir, run_name, project = settings.output_dir, settings.run_name, settings.project
     if name == "tensorboard":
         log_dir = env.get("TENSORBOARD_LOGGING_DIR")
         if log_dir:
@@ -157,12 +156,12 @@ def _options(name: str, args: Any, env: Mapping[str, str]) -> dict[str, Any]:
     return options
 
 
-def logger_specs(args: Any, env: Mapping[str, str]) -> tuple[LoggerSpec, ...]:
-    """One :class:`LoggerSpec` per tracker in ``args.report_to``; checks each package is installed."""
+def logger_specs(settings: TrackerSettings, env: Mapping[str, str]) -> tuple[LoggerSpec, ...]:
+    """One :class:`LoggerSpec` per tracker in ``settings.report_to``; checks each package is installed."""
     specs = []
-    for name in normalize_report_to(args.report_to):
+    for name in normalize_report_to(settings.report_to):
         if name in CALLBACK_REPORTERS:
             continue
         _require_installed(name)
-        specs.append(LoggerSpec(name, tuple(_options(name, args, env).items())))
+        specs.append(LoggerSpec(name, tuple(_options(name, settings, env).items())))
     return tuple(specs)

@@ -32,6 +32,7 @@ from hf_lightning.args.runtime import resolve_steps
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.args.translate import module_settings
 from hf_lightning.loss import LossSettings, compute_model_loss
+from hf_lightning.optim.factory import OptimizerFactory
 from hf_lightning.optim.optimizers import current_learning_rate
 from hf_lightning.optim.schedulers import steps_per_update
 from hf_lightning.plan.groups import ModuleSettings
@@ -59,7 +60,8 @@ class HFModule(L.LightningModule):
         args: the ``TrainingArguments`` whose optimizer, scheduler, clipping and accumulation settings
             apply (defaults to ``TrainingArguments()``); translated once, at construction, into
             :class:`~hf_lightning.adapters.plan.ModuleSettings` (``self.settings``), which is all the
-            module reads afterwards (the optimizer is built from ``args`` by ``create_optimizer``).
+            module reads afterwards (its ``optimizer_factory`` builds the optimizer); the module keeps
+            no reference to ``args``.
         driver: who receives the step events (``hf_lightning.Trainer`` passes its own).
         optimizers: ``(optimizer, lr_scheduler)`` to use instead of building them from ``args``.
         shift_labels: whether the model's loss predicts ``labels[..., 1:]``; inferred when None.
@@ -81,8 +83,9 @@ class HFModule(L.LightningModule):
     ) -> None:
         super().__init__()
         self.model = model
-        self.args = args if args is not None else TrainingArguments()
-        self.settings = settings if settings is not None else module_settings(self.args)
+        if settings is None:
+            settings = module_settings(args if args is not None else TrainingArguments())
+        self.settings: ModuleSettings = settings
         self.automatic_optimization = False
         self.driver: LoopDriver = driver if driver is not None else StandaloneDriver()
         self.driver.bind(self)
@@ -166,6 +169,12 @@ class HFModule(L.LightningModule):
             compiled = torch.compile(self.model, backend=backend, mode=settings.torch_compile_mode)
             self.train_model = cast(nn.Module, compiled)
 
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        """The plan's optimizer (``settings.optimizer_factory``) over the model; transformers' default
+        optimizer for a ``ModuleSettings`` built without one."""
+        factory = self.settings.optimizer_factory or OptimizerFactory(TrainingArguments())
+        return factory(self.model)
+
     def configure_optimizers(self) -> Any:
         """The optimizer for Lightning; the HF scheduler is kept here and stepped once per update.
 
@@ -173,10 +182,10 @@ class HFModule(L.LightningModule):
         (``reduce_lr_on_plateau``, ``greedy``) are stepped with the evaluation metric by the trainer.
         """
         optimizer, scheduler = self._optimizers_given
-        from hf_lightning.optim import create_optimizer, get_trainer_scheduler
+        from hf_lightning.optim import get_trainer_scheduler
 
         if optimizer is None:
-            optimizer = create_optimizer(self.model, self.args)
+            optimizer = self.build_optimizer()
         if scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
             scheduler = get_trainer_scheduler(

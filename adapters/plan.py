@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from hf_lightning.args.enums import enum_value
+from hf_lightning.args.trackers import tracker_settings
 from hf_lightning.args.translate import (
     data_settings,
     eval_settings,
@@ -252,7 +253,7 @@ def to_lightning(
         eval_precision=eval_precision,
         eval_dtype=eval_dtype,
         distributed=distributed,
-        logger_specs=logger_specs(args, env),
+        logger_specs=logger_specs(tracker_settings(args), env),
         module=module_settings(args),
         data=data_settings(args, cuda_available=cuda_available),
         seed=int(args.seed),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -84,7 +84,7 @@ def save_hf_checkpoint(
         scheduler=_scheduler_of(trainer, pl_module),
         scaler=getattr(trainer.precision_plugin, "scaler", None),
         state=state,
-        args=getattr(pl_module, "args", None) if _is_hf_module(pl_module) else None,
+        args=cast(Any, pl_module).settings.saved_arguments if _is_hf_module(pl_module) else None,
         processing_class=processing_class,
         save_only_model=save_only_model,
         process_index=trainer.global_rank,

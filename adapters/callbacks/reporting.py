@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from hf_lightning.args.trackers import tracker_settings
 from hf_lightning.callbacks import TrainerCallback
 
 from ..loggers import LoggerSpec, logger_specs, normalize_report_to
@@ -107,7 +108,7 @@ def _callback_for(spec: LoggerSpec, env: Mapping[str, str]) -> TrainerCallback:
 def reporting_callbacks(args: Any, env: Mapping[str, str] | None = None) -> list[TrainerCallback]:
     """One callback per ``report_to`` tracker, in order; a missing tracker package raises ImportError."""
     env = dict(os.environ) if env is None else env
-    callbacks = [_callback_for(spec, env) for spec in logger_specs(args, env)]
+    callbacks = [_callback_for(spec, env) for spec in logger_specs(tracker_settings(args), env)]
     if "trackio" in normalize_report_to(args.report_to):
         from .trackio import TrackioReporter
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
-__all__ = ["INTEGRATIONS", "available_integrations", "installed", "pip_package"]
+from hf_lightning.plan.reporting import TrackerSettings
+
+__all__ = ["INTEGRATIONS", "available_integrations", "installed", "pip_package", "tracker_settings"]
 
 INTEGRATIONS: dict[str, tuple[tuple[tuple[str, ...], ...], str | None]] = {
     "comet_ml": ((("comet_ml",),), "comet-ml"),
@@ -58,3 +61,13 @@ def available_integrations() -> list[str]:
     if _has("azureml") and _has("azureml.core") and not _has("mlflow"):
         found.insert(0, "azure_ml")
     return found
+
+
+def tracker_settings(args: Any) -> TrackerSettings:
+    """The :class:`TrackerSettings` of ``args``: what the Lightning loggers of ``report_to`` are built from."""
+    return TrackerSettings(
+        report_to=args.report_to,
+        output_dir=args.output_dir if args.output_dir is not None else "trainer_output",
+        run_name=args.run_name,
+        project=getattr(args, "project", None) or "huggingface",
+    )

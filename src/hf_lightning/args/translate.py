@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 from hf_lightning.args.enums import enum_value
+from hf_lightning.optim.factory import OptimizerFactory
+from hf_lightning.plan.arguments import SavedArguments
 from hf_lightning.plan.facade import (
     CheckpointSettings,
     EvalLoopSettings,
@@ -52,6 +54,7 @@ def build_plan(args: Any) -> TrainerPlan:
         evaluation=eval_loop_settings(args),
         length=run_length(args),
         runtime=runtime_settings(args),
+        eval_placement=eval_settings(args),
     )
 
 
@@ -110,6 +113,8 @@ def module_settings(args: Any) -> ModuleSettings:
         lr_scheduler_type=str(enum_value(args.lr_scheduler_type)),
         lr_scheduler_kwargs=MappingProxyType(dict(args.lr_scheduler_kwargs or {})),
         warmup_steps=args.warmup_steps,
+        optimizer_factory=OptimizerFactory(args),
+        saved_arguments=SavedArguments.of(args),
     )
 
 

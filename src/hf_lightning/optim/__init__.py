@@ -7,6 +7,7 @@ Plain torch: transformers is not needed at run time. The Trainer facade and the 
 from __future__ import annotations
 
 from hf_lightning.optim.adafactor import Adafactor, AdafactorSchedule, get_adafactor_schedule
+from hf_lightning.optim.factory import OptimizerFactory
 from hf_lightning.optim.greedy import GreedyLR
 from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer, LayerWiseDummyScheduler
 from hf_lightning.optim.optimizers import (
@@ -50,6 +51,7 @@ __all__ = [
     "GreedyLR",
     "LayerWiseDummyOptimizer",
     "LayerWiseDummyScheduler",
+    "OptimizerFactory",
     "create_optimizer",
     "current_learning_rate",
     "get_adafactor_schedule",

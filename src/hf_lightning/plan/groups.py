@@ -8,7 +8,7 @@ of ``hf_lightning.args.translate`` (``module_settings``, ``data_settings``, ``ev
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -51,6 +51,10 @@ class ModuleSettings:
     lr_scheduler_kwargs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     warmup_steps: float = 0
     """Warm-up steps (>= 1) or a ratio of the training steps (< 1), as ``TrainingArguments.get_warmup_steps``."""
+    optimizer_factory: Callable[[Any], Any] | None = None
+    """Builds the optimizer ``HFModule`` uses when it is given none (``hf_lightning.optim.OptimizerFactory``)."""
+    saved_arguments: Any = None
+    """What a checkpoint of the module records as ``training_args.bin`` / ``.json`` (``plan.arguments.SavedArguments``)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from hf_lightning.plan.facade import (
     RuntimeSettings,
     ScheduleSettings,
 )
-from hf_lightning.plan.groups import DataSettings, ModuleSettings
+from hf_lightning.plan.groups import DataSettings, EvalSettings, ModuleSettings
 
 __all__ = ["TrainerPlan"]
 
@@ -30,6 +30,8 @@ class TrainerPlan:
     evaluation: EvalLoopSettings
     length: RunLength
     runtime: RuntimeSettings
+    eval_placement: EvalSettings
+    """Where an evaluation outside ``train()`` runs and how its ranks meet (the engine's ``EvalEngine``)."""
 
     def __str__(self) -> str:
         lines = ["TrainerPlan("]

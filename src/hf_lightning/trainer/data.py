@@ -148,7 +148,7 @@ class DataLoaderBuilder:
             return None
         t = self.trainer
         args, data = t.args, t.plan.data
-        world_size, rank = ENGINE.EvalEngine(t.accelerator, args).world()
+        world_size, rank = ENGINE.EvalEngine(t.accelerator, settings=t.plan.eval_placement).world()
         if world_size > 1:
             return ENGINE.EvalShardSampler(
                 len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=data.dataloader_drop_last

@@ -99,7 +99,7 @@ class EvaluationLoop:
         """Run ``prediction_step`` over ``dataloader`` and compute the metrics (with or without labels)."""
         if prediction_loss_only is None:
             prediction_loss_only = self.trainer.plan.evaluation.prediction_loss_only
-        engine = ENGINE.EvalEngine(self.trainer.accelerator, self.trainer.args)
+        engine = ENGINE.EvalEngine(self.trainer.accelerator, settings=self.trainer.plan.eval_placement)
         model = self._prepare_model_for_eval(engine)
         self._log_eval_header(dataloader, description)
         model.eval()

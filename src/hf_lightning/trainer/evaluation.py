@@ -98,7 +98,7 @@ class Evaluator:
 
     def _add_speed_metrics(self, output: Any, prefix: str, start_time: float) -> None:
         t = self.trainer
-        world_size, _ = ENGINE.EvalEngine(t.accelerator, t.args).world()
+        world_size, _ = ENGINE.EvalEngine(t.accelerator, settings=t.plan.eval_placement).world()
         total_batch_size = t.args.eval_batch_size * world_size
         start_time += output.metrics.get(f"{prefix}_model_preparation_time", 0)
         output.metrics.update(

@@ -1,0 +1,43 @@
+"""The optimizer factory of a plan: ``create_optimizer(model, args)`` as a callable of the model alone.
+
+The engine builds the optimizer when it is given none (``HFModule.configure_optimizers``), but it never reads
+the arguments: the plan hands it this factory, made from the arguments when the plan was built::
+
+    factory = OptimizerFactory(TrainingArguments(output_dir="out", optim="adafactor"))
+    optimizer = factory(model)          # the same optimizer as Trainer.create_optimizer's
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hf_lightning.args.enums import enum_value
+
+__all__ = ["OptimizerFactory"]
+
+
+@dataclass(frozen=True)
+class OptimizerFactory:
+    """Builds transformers' optimizer (``args.optim``, two weight-decay groups) over a model's parameters."""
+
+    args: Any
+    """The ``TrainingArguments`` the plan was built from."""
+    optimizer_cls_and_kwargs: tuple[Any, dict[str, Any]] | None = None
+    """The ``Trainer(optimizer_cls_and_kwargs=...)`` argument, replacing ``args.optim``'s class and kwargs."""
+
+    def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
+        from hf_lightning.optim.optimizers import create_optimizer
+
+        return create_optimizer(model, self.args, self.optimizer_cls_and_kwargs)
+
+    def __repr__(self) -> str:
+        optim = (
+            enum_value(self.args.optim)
+            if self.optimizer_cls_and_kwargs is None
+            else "optimizer_cls_and_kwargs"
+        )
+        return f"OptimizerFactory(optim={optim!r}, learning_rate={self.args.learning_rate!r})"
