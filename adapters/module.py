@@ -94,6 +94,7 @@ class HFModule(L.LightningModule):
         self._compute_loss_func = compute_loss_func
         self.loss_settings = self._loss_settings(world_size=1)
         self.window_size = 1
+        self.window_items: Any = None  # the current window's item count (num_items_in_batch)
         self.last_grad_norm: float | None = None
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
@@ -221,10 +222,9 @@ class HFModule(L.LightningModule):
         window = self._as_window(batch)
         optimizer = cast(Any, self.optimizers())  # one optimizer, not a list
         num_items = self.count_items(window)
-        self.window_size = len(window)
+        self.window_size, self.window_items = len(window), num_items
+        self.driver.on_step_begin()
         for index, inputs in enumerate(window):
-            if index == 0:
-                self.driver.on_step_begin()
             loss = self.driver.training_step(self.train_model, inputs, num_items)
             self.driver.on_micro_batch_end(inputs, loss)
             if index < len(window) - 1:

@@ -76,6 +76,9 @@ class TrainLoopDriver:
         self.module: Any = None
         self.micro_batch = 0
         """The index of the running micro-batch in its accumulation window."""
+        self.training_step = trainer.run.train_micro_batch
+        """One micro-batch, called by ``HFModule.training_step``: straight into the run object (the overridable
+        ``Trainer.training_step``, then the loss, FLOPs and tokens added), the engine's one call into the facade."""
 
     @property
     def trial(self) -> Any:
@@ -126,23 +129,27 @@ class TrainLoopDriver:
         if callable(getattr(loader, "set_epoch", None)):
             loader.set_epoch(self.epoch)
 
-    def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
-        t = self.trainer
-        window = self.module.window_size
-        self.run.current_gradient_accumulation_steps = window
-        self.run.window_items = num_items_in_batch  # read only when the loss looks degenerate (no target)
-        # accelerate's sync_gradients: True on the micro-batch that completes the optimizer step
-        t.accelerator.gradient_state.sync_gradients = self.micro_batch == window - 1
-        return t.run.train_micro_batch(model, inputs, num_items_in_batch)  # and its loss added to the run
-
     def on_step_begin(self) -> None:
         self.micro_batch = 0
+        self.run.current_gradient_accumulation_steps = self.module.window_size
+        self.run.window_items = (
+            self.module.window_items
+        )  # read only when the loss looks degenerate (no target)
+        self._sync_gradients()
         self.trainer.run.on_resume_point("step")
         self._event("on_step_begin")
+
+    def _sync_gradients(self) -> None:
+        """accelerate's ``sync_gradients``: True from the micro-batch that completes the optimizer step until the
+        next window begins."""
+        self.trainer.accelerator.gradient_state.sync_gradients = (
+            self.micro_batch >= self.module.window_size - 1
+        )
 
     def on_micro_batch_end(self, inputs: Any, loss: torch.Tensor) -> None:
         self.step += 1
         self.micro_batch += 1  # (its loss, FLOPs and tokens were added by ``run.train_micro_batch``)
+        self._sync_gradients()
 
     def on_substep_end(self) -> None:
         self._event("on_substep_end")

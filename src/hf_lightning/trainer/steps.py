@@ -1,10 +1,12 @@
-"""``BatchSteps`` (``trainer.steps``): the per-batch work behind the Trainer's overridable methods.
+"""One micro-batch's forward, loss and backward: the Trainer's overridable per-batch methods, and ``BatchSteps``.
 
-``Trainer.training_step``, ``compute_loss``, ``_prepare_inputs`` and ``get_batch_samples`` keep
-transformers' signatures (users override them) and call this part; ``training_step`` here calls
-``_prepare_inputs``, ``compute_loss_context_manager`` and ``compute_loss`` back through the Trainer.
-Whether a loss is already scaled for gradient accumulation is the one rule of
-:func:`hf_lightning.loss.loss_is_scaled_for_ga` (``HFModule`` uses it too).
+``training_step``, ``compute_loss``, ``compute_loss_context_manager``, ``autocast_smart_context_manager`` and
+``prepare_inputs`` are methods of ``Trainer`` written here (its class body names them:
+``training_step = steps.training_step``), so a micro-batch runs through this file without a forwarding hop;
+they keep transformers' signatures, users override them, and ``training_step`` calls the others back through
+the Trainer. ``BatchSteps`` (``trainer.steps``) holds what they share: the loss settings of the model,
+the label smoother, ``get_batch_samples``. Whether a loss is already scaled for gradient accumulation is
+the one rule of :func:`hf_lightning.loss.loss_is_scaled_for_ga` (``HFModule`` uses it too).
 """
 
 from __future__ import annotations
@@ -29,71 +31,93 @@ from hf_lightning.trainer_utils import ensure_training_mode
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
-__all__ = ["BatchSteps", "to_device"]
+__all__ = [
+    "BatchSteps",
+    "autocast_smart_context_manager",
+    "compute_loss",
+    "compute_loss_context_manager",
+    "prepare_inputs",
+    "to_device",
+    "training_step",
+]
+
+
+def compute_loss_context_manager(self: Trainer) -> contextlib.ExitStack:
+    """``Trainer.compute_loss_context_manager``: the context ``compute_loss`` runs in (the Trainer's
+    ``autocast_smart_context_manager``; autocast itself is Lightning's precision plugin's job)."""
+    stack = contextlib.ExitStack()
+    ctx = self.autocast_smart_context_manager()
+    if not isinstance(ctx, contextlib.nullcontext):
+        stack.enter_context(ctx)
+    return stack
+
+
+def autocast_smart_context_manager(
+    self: Trainer, cache_enabled: bool | None = True
+) -> contextlib.AbstractContextManager:
+    """``Trainer.autocast_smart_context_manager``: a null context, as Lightning's precision plugin
+    already autocasts the training step."""
+    return contextlib.nullcontext()
+
+
+def prepare_inputs(self: Trainer, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``Trainer._prepare_inputs``: ``inputs`` on the model's device (Lightning has usually moved them)."""
+    return to_device(inputs, self.accelerator.device)
+
+
+def training_step(
+    self: Trainer,
+    model: nn.Module,
+    inputs: dict[str, Any],
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> torch.Tensor:
+    """``Trainer.training_step``: forward and backward on one micro-batch; returns the detached loss for logging."""
+    ensure_training_mode(model)  # model.train(), without the walk when nothing would change
+    switch = getattr(self.optimizer, "train", None)  # schedule-free optimizers: back to train mode
+    if callable(switch):
+        switch()
+    inputs = self._prepare_inputs(inputs)
+    with self.compute_loss_context_manager():
+        loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+    del inputs
+    steps = self.plan.module.torch_empty_cache_steps
+    if steps is not None and self.state.global_step % steps == 0 and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    scaled = loss_is_scaled_for_ga(
+        self.model_accepts_loss_kwargs,
+        self.compute_loss_func,
+        num_items_in_batch,
+        override=self.loss_is_scaled_for_ga,
+    )
+    if not scaled:
+        loss = loss / self.current_gradient_accumulation_steps
+    kwargs = {}
+    if str(enum_value(self.args.optim)) in LOMO_OPTIMIZERS:  # the optimizer updates during backward
+        kwargs["learning_rate"] = self._get_learning_rate()
+    self.accelerator.backward(loss, **kwargs)
+    return loss.detach()
+
+
+def compute_loss(
+    self: Trainer,
+    model: nn.Module,
+    inputs: dict[str, Any],
+    return_outputs: bool = False,
+    num_items_in_batch: torch.Tensor | int | None = None,
+) -> Any:
+    """``Trainer.compute_loss``: the loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s
+    result)."""
+    settings = self.steps.loss_settings(label_smoother=self.label_smoother)
+    return compute_model_loss(
+        model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
+    )
 
 
 class BatchSteps:
-    """Forward, loss and backward of one micro-batch, as transformers' Trainer runs them."""
+    """What the per-batch methods share: the model's loss settings, the label smoother, ``get_batch_samples``."""
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-
-    def loss_context(self) -> contextlib.ExitStack:
-        """``Trainer.compute_loss_context_manager``: the context ``compute_loss`` runs in (the Trainer's
-        ``autocast_smart_context_manager``; autocast itself is Lightning's precision plugin's job)."""
-        stack = contextlib.ExitStack()
-        ctx = self.trainer.autocast_smart_context_manager()
-        if not isinstance(ctx, contextlib.nullcontext):
-            stack.enter_context(ctx)
-        return stack
-
-    def autocast_context(self, cache_enabled: bool | None = True) -> contextlib.AbstractContextManager:
-        """``Trainer.autocast_smart_context_manager``: a null context, as Lightning's precision plugin
-        already autocasts the training step."""
-        return contextlib.nullcontext()
-
-    def training_step(
-        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: torch.Tensor | int | None = None
-    ) -> torch.Tensor:
-        """Forward and backward on one micro-batch; returns the detached loss for logging."""
-        t = self.trainer
-        ensure_training_mode(model)  # model.train(), without the walk when nothing would change
-        switch = getattr(t.optimizer, "train", None)  # schedule-free optimizers: back to train mode
-        if callable(switch):
-            switch()
-        inputs = t._prepare_inputs(inputs)
-        with t.compute_loss_context_manager():
-            loss = t.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
-        del inputs
-        steps = t.plan.module.torch_empty_cache_steps
-        if steps is not None and t.state.global_step % steps == 0 and torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        scaled = loss_is_scaled_for_ga(
-            t.model_accepts_loss_kwargs,
-            t.compute_loss_func,
-            num_items_in_batch,
-            override=t.loss_is_scaled_for_ga,
-        )
-        if not scaled:
-            loss = loss / t.current_gradient_accumulation_steps
-        kwargs = {}
-        if str(enum_value(t.args.optim)) in LOMO_OPTIMIZERS:  # the optimizer updates during backward
-            kwargs["learning_rate"] = t._get_learning_rate()
-        t.accelerator.backward(loss, **kwargs)
-        return loss.detach()
-
-    def compute_loss(
-        self,
-        model: nn.Module,
-        inputs: dict[str, Any],
-        return_outputs: bool = False,
-        num_items_in_batch: torch.Tensor | int | None = None,
-    ) -> Any:
-        """The loss of ``model`` on ``inputs`` (its first output, or ``compute_loss_func``'s result)."""
-        settings = self.loss_settings(label_smoother=self.label_smoother())
-        return compute_model_loss(
-            model, inputs, settings, num_items_in_batch=num_items_in_batch, return_outputs=return_outputs
-        )
 
     def loss_settings(self, label_smoother: LabelSmoother | None = None) -> LossSettings:
         """The loss settings of the Trainer's model (its rule is asked of the model at the first batch)."""

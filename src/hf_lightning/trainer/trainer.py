@@ -6,7 +6,8 @@ The work is done by named parts the Trainer owns, each in its own file and ownin
 calls the Trainer's overridable methods through the Trainer, so a user's override runs::
 
     trainer.launcher     TrainLauncher      train.py          train(), the run-length arithmetic, NEFTune
-    trainer.steps        BatchSteps         steps.py          training_step, compute_loss: one micro-batch
+    trainer.steps        BatchSteps         steps.py          loss settings, get_batch_samples (training_step,
+                                                              compute_loss: Trainer methods written in steps.py)
     trainer.run          TrainingRun        run.py            the run object, fresh at each train(): state,
                                                               control, loss sum, clock (the Trainer's
                                                               names read it); log / evaluate / save
@@ -50,7 +51,7 @@ from hf_lightning.loss import model_accepts_loss_kwargs
 from hf_lightning.plan import TrainerPlan, current_plan
 from hf_lightning.trainer import metrics as _metrics
 from hf_lightning.trainer import model_card as _model_card
-from hf_lightning.trainer import surface
+from hf_lightning.trainer import steps, surface
 from hf_lightning.trainer.checkpointing import CheckpointPolicy
 from hf_lightning.trainer.data import DataLoaderBuilder, find_labels
 from hf_lightning.trainer.delegation import delegate, held_by
@@ -62,7 +63,7 @@ from hf_lightning.trainer.hub import HubPublisher
 from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer_arguments
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import RUN_ATTRIBUTES, TrainingRun
-from hf_lightning.trainer.steps import BatchSteps, to_device
+from hf_lightning.trainer.steps import BatchSteps
 from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils import constructor_inputs as _inputs
@@ -265,18 +266,14 @@ class Trainer:
         """Release what training held (loggers are finalised after each fit)."""
         self.accelerator.bind(None)
 
-    # --- the per-batch work users override: trainer.steps -----------------------------------
-    training_step = delegate("steps", BatchSteps.training_step)
-    compute_loss = delegate("steps", BatchSteps.compute_loss)
+    # --- the per-batch work users override: written in steps.py (no forwarding hop), and trainer.steps ---
+    training_step = steps.training_step
+    compute_loss = steps.compute_loss
+    compute_loss_context_manager = steps.compute_loss_context_manager
+    autocast_smart_context_manager = steps.autocast_smart_context_manager
+    _prepare_inputs = steps.prepare_inputs
     _label_smoother = delegate("steps", BatchSteps.label_smoother)
     get_batch_samples = delegate("steps", BatchSteps.batch_samples)
-
-    compute_loss_context_manager = delegate("steps", BatchSteps.loss_context)
-    autocast_smart_context_manager = delegate("steps", BatchSteps.autocast_context)
-
-    def _prepare_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Move ``inputs`` to the model's device (Lightning has usually done it already)."""
-        return to_device(inputs, self.accelerator.device)
 
     # --- optimizer and scheduler: trainer.optim -----------------------------------------------
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
