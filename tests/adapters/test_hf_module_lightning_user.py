@@ -210,3 +210,23 @@ def test_a_fit_with_a_datamodule_gives_no_transfer_hook_warning():
         warnings.simplefilter("always")
         _trainer(max_steps=1).fit(HFModule(tiny_gpt2()), datamodule=Data())
     assert not [w for w in caught if "transfer_batch_to_device" in str(w.message)]
+
+
+def test_the_module_keeps_the_plan_not_the_arguments(tmp_path):
+    """``HFModule(model, args)`` translates ``args`` at construction: its optimizer comes from the plan's
+    factory (``args.optim``'s class, transformers' weight-decay groups) and a checkpoint records the arguments
+    as they were then, even if the object is changed afterwards."""
+    args = TrainingArguments(**{**ARGS, "optim": "sgd", "weight_decay": 0.25})
+    module = HFModule(tiny_gpt2(dropout=0.0), args)
+    assert not hasattr(module, "args")
+    optimizer = module.build_optimizer()
+    assert type(optimizer) is torch.optim.SGD
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.25, 0.0]
+    args.run_name = "changed-later"
+    saver = HFCheckpoint(tmp_path, save_strategy="steps", save_steps=2)
+    _trainer(max_steps=2, callbacks=[saver]).fit(module, _windows())
+    saved = (tmp_path / "checkpoint-2" / "training_args.json").read_text()
+    assert '"optim": "sgd"' in saved and "changed-later" not in saved
+    assert (
+        torch.load(tmp_path / "checkpoint-2" / "training_args.bin", weights_only=True)["weight_decay"] == 0.25
+    )

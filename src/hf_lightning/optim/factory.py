@@ -15,8 +15,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from hf_lightning.args.enums import enum_value
-
 __all__ = ["OptimizerFactory"]
 
 
@@ -34,10 +32,6 @@ class OptimizerFactory:
 
         return create_optimizer(model, self.args, self.optimizer_cls_and_kwargs)
 
-    def __repr__(self) -> str:
-        optim = (
-            enum_value(self.args.optim)
-            if self.optimizer_cls_and_kwargs is None
-            else "optimizer_cls_and_kwargs"
-        )
-        return f"OptimizerFactory(optim={optim!r}, learning_rate={self.args.learning_rate!r})"
+    def __repr__(self) -> str:  # the arguments themselves are printed by the plan's other groups
+        given = "optimizer_cls_and_kwargs" if self.optimizer_cls_and_kwargs is not None else "args.optim"
+        return f"OptimizerFactory(from {given})"
