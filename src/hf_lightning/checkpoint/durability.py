@@ -6,9 +6,10 @@ for is the disk::
 
     training thread                                      durability thread (one checkpoint at a time)
     ---------------                                      ---------------------------------------------
-    wait for the previous checkpoint's durability
-      (its error raised here)
-    write + hash the files, manifest, drop the sentinel,
+    write + hash the files into .tmp-checkpoint-N
+    wait for the previous checkpoint's flush
+      (its error raised here, the staging removed)
+    manifest, drop the sentinel,
       rename .tmp-checkpoint-N -> checkpoint-N           fsync every file of checkpoint-N, its folders
     rotation: checkpoint-K -> .rotated-checkpoint-K-pid    and output_dir
       (hidden: no `checkpoint-*` glob matches it)        then delete the .rotated-* folders
@@ -173,5 +174,6 @@ def wait_for_durability() -> None:
     full = disk_full_error(job.error, job.folder, "checkpoint", _ADVICE)  # measured before deleting
     job.undo()
     if full is not None:
+        full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words
         raise full from job.error
     raise job.error

@@ -224,9 +224,8 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
 def _publish(staging: str, final: str, sealer: FolderSealer | None = None, deferred: bool = False) -> None:
     """Record the checksums, drop the sentinel, rename ``staging`` to ``final``: durable before the rename,
     or (``deferred``) flushed behind it, see :mod:`hf_lightning.checkpoint.durability`."""
-    entries = (
-        sealer.finish() if sealer is not None else None
-    )  # every file hashed (and flushed unless deferred)
+    entries = sealer.finish() if sealer is not None else None  # hashed (flushed unless deferred)
+    wait_for_durability()  # the previous checkpoint is on disk (its flush's error raised) before this shows
     write_manifest(staging, entries)  # checkpoint/verify.py: lets a resume detect a damaged file
     if not deferred:
         fsync_tree(staging)  # the manifest and the folders (the sealed files are on disk already)
@@ -301,7 +300,6 @@ def save_checkpoint(
     a snapshot of the state) and the publication to ``defer(job)``; no process waits at the last barrier.
     """
     _check_save_call(global_step, process_index, world_size)
-    wait_for_durability()  # the previous checkpoint is on disk (its flush's error raised) before this one
     final = checkpoint_path(output_dir, global_step)
     if not is_main_process and barrier is None:  # the main process has published `final` already
         if not save_only_model:
