@@ -27,6 +27,7 @@ import torch
 from hf_lightning.args.runtime import is_whole_or_ratio, resolve_steps
 from hf_lightning.best_metric import default_greater_is_better, improves
 from hf_lightning.callbacks import TrainerState
+from hf_lightning.checkpoint.durability import wait_for_durability
 from hf_lightning.checkpoint.rotation import save_tracked_checkpoint
 from hf_lightning.checkpoint.store import checkpoint_path, save_checkpoint
 
@@ -196,6 +197,9 @@ class HFCheckpoint(L.Callback):
         self._epoch = float(trainer.current_epoch + 1)
         if self.save_strategy == "epoch":
             self.save(trainer, pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        wait_for_durability()  # the last checkpoint is on disk, rotation done (checkpoint/durability.py)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.monitor is None:

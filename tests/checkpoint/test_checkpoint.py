@@ -37,6 +37,7 @@ from hf_lightning.checkpoint import (
     staging_path,
     write_rank_files,
 )
+from hf_lightning.checkpoint.durability import wait_for_durability
 
 
 class TinyTied(nn.Module):
@@ -336,13 +337,15 @@ def test_bad_save_arguments_are_named(tmp_path, call, match):
 
 
 def test_saving_the_same_step_again_replaces_the_folder(tmp_path):
-    """A second save of step N replaces checkpoint-N and leaves no staging or old copies behind."""
+    """A second save of step N replaces checkpoint-N and, once it is durable, leaves no staging or old copies."""
     folder, _ = saved_checkpoint(tmp_path, step=2)
     replacement = make_model("tiny", 9)
     save_checkpoint(tmp_path / "out", 2, model=replacement, state=JsonState(2))
     fresh = make_model("tiny", 1)
     load_model_weights(fresh, folder)
     assert_same_state(fresh.state_dict(), replacement.state_dict())
+    assert [name for name in os.listdir(tmp_path / "out") if not name.startswith(".")] == ["checkpoint-2"]
+    wait_for_durability()
     assert os.listdir(tmp_path / "out") == ["checkpoint-2"]
 
 
@@ -356,9 +359,13 @@ def test_leftover_staging_folder_is_cleared_by_the_next_save(tmp_path):
 
 
 def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monkeypatch):
-    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed."""
+    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed; the
+    resume search gives the old complete copy its name back."""
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)
+    first_copy = safetensors.torch.load_file(
+        os.path.join(checkpoint_path(tmp_path / "out", 2), "model.safetensors")
+    )
     real_replace, staging = os.replace, staging_path(tmp_path / "out", 2)
 
     def dying_replace(src, dst):
@@ -371,7 +378,11 @@ def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monk
         save_checkpoint(tmp_path / "out", 2, model=make_model("tiny", 3), state=JsonState(2))
     monkeypatch.undo()
     assert not os.path.exists(checkpoint_path(tmp_path / "out", 2))
-    assert find_resumable_checkpoint(tmp_path / "out") == str(tmp_path / "out" / "checkpoint-1")
+    assert find_resumable_checkpoint(tmp_path / "out") == str(tmp_path / "out" / "checkpoint-2")
+    restored = safetensors.torch.load_file(
+        os.path.join(checkpoint_path(tmp_path / "out", 2), "model.safetensors")
+    )
+    assert_same_state(restored, first_copy)
 
 
 # --- Several processes -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+from hf_lightning.checkpoint.durability import ROTATED_PREFIX, set_aside, wait_for_durability
 from hf_lightning.checkpoint.peft_adapters import ADAPTER_WEIGHT_FILE_NAMES, has_adapter_weights
 from hf_lightning.checkpoint.sharded import (
     FSDP_MODEL_DIR,
@@ -52,6 +53,7 @@ TRAINER_STATE_NAME = "trainer_state.json"
 INCOMPLETE_SENTINEL_NAME = "checkpoint-is-incomplete.txt"
 
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+_ROTATED_RE = re.compile(rf"^{re.escape(ROTATED_PREFIX)}{PREFIX_CHECKPOINT_DIR}-(\d+)-\d+$")
 logger = logging.getLogger(__name__)
 
 
@@ -250,9 +252,20 @@ def rotate_checkpoints(
             break
         if not any(_same_path(path, kept) for kept in protected):
             logger.info("Deleting older checkpoint `%s` (save_total_limit=%d).", path, save_total_limit)
-            remove_folder(path)
+            if not set_aside(path):  # hidden now, deleted once the newest checkpoint is durable
+                remove_folder(path)
             deleted.append(path)
     return deleted
+
+
+def _rotated_checkpoints(output_dir: str) -> list[tuple[int, str]]:
+    """(step, path) of the folders a rotation set aside (``.rotated-checkpoint-N-pid``) and a crash left."""
+    found = []
+    for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
+        match = _ROTATED_RE.match(name)
+        if match and os.path.isdir(os.path.join(output_dir, name)):
+            found.append((int(match.group(1)), os.path.join(output_dir, name)))
+    return found
 
 
 def find_resumable_checkpoint(
@@ -261,12 +274,28 @@ def find_resumable_checkpoint(
     """The newest intact ``checkpoint-N`` in ``output_dir`` (``None`` if none); each skipped one is logged.
 
     Intact: :func:`resume_problem` finds nothing (complete, every file parses and matches its checksum,
-    nothing the save wrote is gone).
+    nothing the save wrote is gone). A folder rotation set aside before a power loss damaged the newest
+    checkpoint (checkpoint/durability.py) competes by its step; when chosen it gets its name back.
     """
+    wait_for_durability()  # this process's newest checkpoint is on disk first
     log = logger if logger is not None else logging.getLogger(__name__)
-    for path in reversed(sorted_checkpoints(output_dir)):
+    output_dir = os.fspath(output_dir)
+    visible = [(_step_of(os.path.basename(path)) or 0, True, path) for path in sorted_checkpoints(output_dir)]
+    hidden = [(step, False, path) for step, path in _rotated_checkpoints(output_dir)]
+    for step, shown, path in sorted(visible + hidden, reverse=True):  # newest first, a visible one first
         problem = resume_problem(path)
         if problem is None:
-            return path
+            return path if shown else _restore(path, step, log)
         log.warning("Skipping checkpoint `%s` when looking for one to resume from: %s.", path, problem)
     return None
+
+
+def _restore(hidden: str, step: int, log: logging.Logger) -> str:
+    original = os.path.join(os.path.dirname(hidden), f"{PREFIX_CHECKPOINT_DIR}-{step}")
+    if os.path.lexists(original):
+        return hidden
+    os.replace(hidden, original)
+    log.warning(
+        "Resuming from `%s`, which a rotation had set aside before the newer ones were damaged.", original
+    )
+    return original

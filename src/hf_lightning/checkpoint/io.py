@@ -134,7 +134,9 @@ def disk_full_reported(
     try:
         yield
     except Exception as exc:
-        full = disk_full_error(exc, folder, what, advice)
+        # another folder's full disk (the previous checkpoint's flush, checkpoint/durability.py) keeps its words
+        foreign = getattr(exc, "reported_whole", False)
+        full = None if foreign else disk_full_error(exc, folder, what, advice)
         if discard is not None:
             discard()
         if full is not None:

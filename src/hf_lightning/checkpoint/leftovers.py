@@ -6,13 +6,16 @@ Each of these is renamed or deleted before its operation returns; a process kill
     .tmp-checkpoint-{N}/          a save being written (``store.staging_path``)
     .old-checkpoint-{N}-{pid}/    the previous copy of a step saved again (``store._publish``)
     .trash-{name}-{pid}/          a folder being deleted (``folders.remove_folder``)
+    .rotated-checkpoint-{N}-{pid}/
+                                  a checkpoint rotation deletes once the newest is on disk
+                                  (``durability.set_aside``): given back its name when that is free
     checkpoint-{N}/{file}.tmp-{pid}
                                   a file being replaced atomically (``io.atomic_write_bytes``): a rank's RNG
                                   state added to a published checkpoint
     .hf-lightning.lock            the lock of the job training into output_dir (``checkpoint/lock.py``)
 
-:func:`remove_leftovers` deletes the first four at the start of ``train()``, once the lock is held (so no
-other job's save is in flight); :data:`TEMPORARY_PATTERNS` holds all five as the glob patterns
+:func:`remove_leftovers` deletes (or gives back its name) the first five at the start of ``train()``, once the lock is held (so no
+other job's save is in flight); :data:`TEMPORARY_PATTERNS` holds all six as the glob patterns
 huggingface_hub's ``ignore_patterns`` take, so a push never uploads them. A leftover that is a symbolic link
 is unlinked, never followed: nothing outside ``output_dir`` is deleted.
 """
@@ -27,10 +30,20 @@ import shutil
 __all__ = ["LOCK_NAME", "TEMPORARY_PATTERNS", "find_leftovers", "remove_leftovers"]
 
 LOCK_NAME = ".hf-lightning.lock"
-TEMPORARY_PATTERNS = (".tmp-checkpoint-*", ".old-checkpoint-*", ".trash-*", "*.tmp-[0-9]*", LOCK_NAME)
+TEMPORARY_PATTERNS = (
+    ".tmp-checkpoint-*",
+    ".old-checkpoint-*",
+    ".trash-*",
+    ".rotated-*",
+    "*.tmp-[0-9]*",
+    LOCK_NAME,
+)
 """Never pushed to the Hub (huggingface_hub ``fnmatch`` patterns; ``*`` also matches ``/``)."""
 
-_FOLDERS = re.compile(r"^(\.tmp-checkpoint-\d+|\.old-checkpoint-\d+-\d+|\.trash-.+-\d+)$")
+_FOLDERS = re.compile(
+    r"^(\.tmp-checkpoint-\d+|\.old-checkpoint-\d+-\d+|\.trash-.+-\d+|\.rotated-checkpoint-\d+-\d+)$"
+)
+_ROTATED = re.compile(r"^\.rotated-(checkpoint-\d+)-\d+$")
 _FILES = re.compile(r"^.+\.tmp-\d+$")
 _CHECKPOINT = re.compile(r"^checkpoint-\d+$")
 logger = logging.getLogger(__name__)
@@ -55,6 +68,11 @@ def find_leftovers(output_dir: str | os.PathLike[str]) -> list[str]:
 
 
 def _remove(path: str) -> None:
+    rotated = _ROTATED.match(os.path.basename(path))
+    original = os.path.join(os.path.dirname(path), rotated.group(1)) if rotated else None
+    if original is not None and not os.path.islink(path) and not os.path.lexists(original):
+        os.replace(path, original)  # an interrupted rotation is undone: the next save's rotation redoes it
+        return
     if os.path.islink(path) or not os.path.isdir(path):
         os.unlink(path)  # a link is removed itself: its target, maybe outside output_dir, stays
     else:
@@ -79,8 +97,8 @@ def remove_leftovers(output_dir: str | os.PathLike[str]) -> list[str]:
         removed.append(path)
     if removed:
         logger.warning(
-            "Removed what interrupted checkpoint saves or rotations left in `%s` (never a checkpoint to "
-            "resume from): %s",
+            "Removed what interrupted checkpoint saves or rotations left in `%s` (a checkpoint a rotation "
+            "had set aside is renamed back instead): %s",
             os.fspath(output_dir),
             ", ".join(os.path.relpath(path, output_dir) for path in removed),
         )

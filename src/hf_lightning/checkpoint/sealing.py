@@ -91,9 +91,10 @@ class _EarlyWriteback:
 class FolderSealer:
     """Checksums and durability of the files of one staging folder, taken while the save goes on."""
 
-    def __init__(self, folder: str, algorithm: str = ALGORITHM) -> None:
+    def __init__(self, folder: str, algorithm: str = ALGORITHM, *, durable: bool = True) -> None:
         self.folder = folder
         self.algorithm = algorithm
+        self.durable = durable  # False: hashed only, flushed later (checkpoint/durability.py)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hf-lightning-seal")
         self._entries: dict[str, Future[dict[str, Any]]] = {}
 
@@ -101,15 +102,17 @@ class FolderSealer:
         """Write ``folder/name`` through ``write(file)``, hashing the bytes on their way; flushed behind."""
         path = os.path.join(self.folder, name)
         with open(path, "wb") as handle:
-            writeback = _EarlyWriteback(handle, self._pool)
+            writeback = _EarlyWriteback(handle, self._pool) if self.durable else None
             writer = HashingWriter(handle, self.algorithm, on_progress=writeback)
             write(writer)
             writer.flush()
-            writeback.wait()  # the descriptor it flushes is closed below
+            if writeback is not None:
+                writeback.wait()  # the descriptor it flushes is closed below
         entry = writer.entry()
 
         def seal() -> dict[str, Any]:
-            _fsync_path(path)
+            if self.durable:
+                _fsync_path(path)
             return entry
 
         self._entries[name] = self._pool.submit(seal)
@@ -127,7 +130,8 @@ class FolderSealer:
 
         def seal() -> dict[str, Any]:
             entry = file_entry(path, self.algorithm)
-            _fsync_path(path)
+            if self.durable:
+                _fsync_path(path)
             return entry
 
         self._entries[rel] = self._pool.submit(seal)

@@ -21,8 +21,10 @@ refuses transformers' pickled object with a :class:`CheckpointError`.
 
 Beyond transformers, a save is crash-safe: everything is written into the hidden sibling
 ``.tmp-checkpoint-{N}`` that holds ``checkpoint-is-incomplete.txt`` while it is written; the files are
-fsynced, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step. A save killed
-at any point leaves either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
+hashed into a manifest, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step;
+the flush to stable storage follows behind (:mod:`hf_lightning.checkpoint.durability`: the next save waits
+for it, rotation deletes nothing before it). A save killed at any point leaves either no
+``checkpoint-{N}`` or a complete one; a power loss may damage the newest, which resume then skips. Loading never unpickles arbitrary
 objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
 :class:`CheckpointError` naming it.
 
@@ -42,7 +44,6 @@ Several processes (``world_size > 1``) call :func:`save_checkpoint` with the sam
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import shutil
@@ -51,6 +52,13 @@ from typing import Any
 
 import torch
 
+from hf_lightning.checkpoint.durability import (
+    ROTATED_PREFIX,
+    defer_durability,
+    durability_deferred,
+    set_aside_renamed,
+    wait_for_durability,
+)
 from hf_lightning.checkpoint.folders import (
     INCOMPLETE_SENTINEL_NAME,
     OPTIMIZER_NAME,
@@ -77,7 +85,12 @@ from hf_lightning.checkpoint.io import (
 )
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
 from hf_lightning.checkpoint.sealing import FolderSealer
-from hf_lightning.checkpoint.state_files import load_optimizer_and_scheduler
+from hf_lightning.checkpoint.state_files import (
+    ExtraFile,
+    load_optimizer_and_scheduler,
+    write_extra_files,
+    write_state,
+)
 from hf_lightning.checkpoint.verify import write_manifest
 from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights, unwrap_model
 
@@ -109,8 +122,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-ExtraFile = bytes | str | Callable[[str], None]
 
 
 def checkpoint_path(output_dir: str | os.PathLike[str], global_step: int) -> str:
@@ -179,33 +190,6 @@ def write_rank_files(
     return path
 
 
-def _write_state(state: Any, path: str) -> None:
-    if callable(getattr(state, "save_to_json", None)):
-        state.save_to_json(path)
-    elif isinstance(state, Mapping):
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(dict(state), indent=2, sort_keys=True) + "\n")
-    else:
-        raise TypeError(
-            f"`save_checkpoint(state=...)` must have a `save_to_json(path)` method or be a mapping, "
-            f"got {type(state).__name__}."
-        )
-
-
-def _write_extra_files(folder: str, extra_files: Mapping[str, ExtraFile] | None) -> None:
-    for name, content in (extra_files or {}).items():
-        if not isinstance(name, str) or name in ("", ".", "..") or os.path.basename(name) != name:
-            raise ValueError(
-                f"`save_checkpoint(extra_files=...)` keys must be plain file names, got {name!r}."
-            )
-        path = os.path.join(folder, name)
-        if callable(content):
-            content(path)
-        else:
-            with open(path, "wb") as handle:
-                handle.write(content.encode("utf-8") if isinstance(content, str) else content)
-
-
 def _begin_staging(staging: str, global_step: int) -> None:
     os.makedirs(os.path.dirname(staging) or ".", exist_ok=True)
     if os.path.lexists(staging):  # left over from a save that was killed
@@ -233,29 +217,38 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
             state = given or options[holder].state_dict()
             sealer.write(name, functools.partial(torch.save, state))
     if options["state"] is not None:
-        _write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
-    _write_extra_files(staging, options["extra_files"])
+        write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
+    write_extra_files(staging, options["extra_files"])
 
 
-def _publish(staging: str, final: str, sealer: FolderSealer | None = None) -> None:
-    """Record the checksums, make ``staging`` durable, drop its sentinel and rename it to ``final``."""
-    entries = sealer.finish() if sealer is not None else None  # every file hashed and flushed
+def _publish(staging: str, final: str, sealer: FolderSealer | None = None, deferred: bool = False) -> None:
+    """Record the checksums, drop the sentinel, rename ``staging`` to ``final``: durable before the rename,
+    or (``deferred``) flushed behind it, see :mod:`hf_lightning.checkpoint.durability`."""
+    entries = sealer.finish() if sealer is not None else None  # hashed (flushed unless deferred)
+    wait_for_durability()  # the previous checkpoint is on disk (its flush's error raised) before this shows
     write_manifest(staging, entries)  # checkpoint/verify.py: lets a resume detect a damaged file
-    fsync_tree(staging)  # the manifest and the folders (the sealed files are on disk already)
+    if not deferred:
+        fsync_tree(staging)  # the manifest and the folders (the sealed files are on disk already)
     os.remove(os.path.join(staging, INCOMPLETE_SENTINEL_NAME))
-    fsync_dir(staging)
+    if not deferred:
+        fsync_dir(staging)
+    parent, name = os.path.split(final)
+    previous = None
     if os.path.lexists(final):
         # Two renames: a crash between them leaves no checkpoint-N (never a mixed one), and resuming
         # falls back to the previous step. The old copy is then deleted like rotation deletes folders.
-        parent, name = os.path.split(final)
-        previous = os.path.join(parent, f".old-{name}-{os.getpid()}")
+        previous = os.path.join(parent, f"{ROTATED_PREFIX if deferred else '.old-'}{name}-{os.getpid()}")
         os.replace(final, previous)
-        os.replace(staging, final)
+    os.replace(staging, final)
+    if deferred:
+        defer_durability(final)  # fsync of final and its parent, behind
+        if previous is not None:
+            set_aside_renamed(previous, final)  # deleted once final is durable
+        return
+    if previous is not None:
         fsync_dir(parent or ".")
         remove_folder(previous)
-    else:
-        os.replace(staging, final)
-    fsync_dir(os.path.dirname(final) or ".")
+    fsync_dir(parent or ".")
 
 
 def _check_save_call(global_step: Any, process_index: int, world_size: int) -> None:
@@ -353,17 +346,18 @@ def _stage_and_publish(
     if main_files is None:
         return
     if defer is None:
-        _write_and_publish(staging, final, main_files)
+        _write_and_publish(staging, final, main_files, deferred=durability_deferred())
     else:
         defer(functools.partial(_write_and_publish_reported, staging, final, main_files))
 
 
-def _write_and_publish(staging: str, final: str, options: dict[str, Any]) -> str:
-    """The main process's files into ``staging`` (hashed and flushed as they are written), then publish."""
-    sealer = FolderSealer(staging)
+def _write_and_publish(staging: str, final: str, options: dict[str, Any], deferred: bool = False) -> str:
+    """The main process's files into ``staging`` (hashed, and flushed as they are written unless
+    ``deferred``: then after the publication, behind), then publish."""
+    sealer = FolderSealer(staging, durable=not deferred)
     try:
         _write_main_files(staging, options, sealer)
-        _publish(staging, final, sealer)
+        _publish(staging, final, sealer, deferred=deferred)
     finally:
         sealer.close()
     return final

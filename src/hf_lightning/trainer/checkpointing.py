@@ -34,6 +34,7 @@ from hf_lightning.callbacks.nonfinite import refuse_nonfinite_checkpoint, warn_n
 from hf_lightning.callbacks.restore import restore_callbacks
 from hf_lightning.checkpoint.background import save_in_background
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
+from hf_lightning.checkpoint.durability import wait_for_durability
 from hf_lightning.checkpoint.folders import checkpoint_problem
 from hf_lightning.checkpoint.fresh_state import fast_forward_scheduler, report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
@@ -185,6 +186,7 @@ class CheckpointPolicy:
         """Once ``folder`` is published: push it (``push_to_hub``), record how long the save took."""
         t = self.trainer
         if t.plan.hub.push_to_hub and is_saver:
+            wait_for_durability()  # the pushed files are on disk (checkpoint/durability.py)
             t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
         self.last_save_seconds = seconds
         logger.debug("Saved %s in %.2fs", folder, seconds)
@@ -192,6 +194,7 @@ class CheckpointPolicy:
     def wait_for_saves(self, world: int | None = None) -> None:
         """Wait for the background save in flight (``BackgroundCheckpointing``), raising its error; with
         several processes, every process then waits until the main one is done."""
+        wait_for_durability()  # a synchronous save's flush (checkpoint/durability.py), its error raised
         saver = background_saver(self.trainer.callback_handler.callbacks)
         if saver is None:
             return
@@ -257,6 +260,7 @@ class CheckpointPolicy:
     def load_from_checkpoint(self, resume_from_checkpoint: str, model: Any = None) -> None:
         """``Trainer._load_from_checkpoint``: the weights into ``model``; refuse an unusable folder."""
         model = self.trainer.model if model is None else model
+        wait_for_durability()  # a checkpoint of this process is read once on disk
         folder = os.fspath(resume_from_checkpoint)
         checked, self.content_checked = (
             self.content_checked == folder,
@@ -372,6 +376,7 @@ class CheckpointPolicy:
     def load_best_model(self) -> None:
         """``Trainer._load_best_model``: the weights of ``state.best_model_checkpoint`` into the model."""
         t = self.trainer
+        wait_for_durability()
         best = cast(str, t.state.best_model_checkpoint)  # called when there is one
         logger.info("Loading best model from %s (score: %s).", best, t.state.best_metric)
         folder = loadable_best_checkpoint(best, logger) if os.path.isdir(best) else best  # its manifest first

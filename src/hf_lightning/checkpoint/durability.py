@@ -1,0 +1,179 @@
+"""Deferred durability: a synchronous save returns once its checkpoint is published; its flush to stable
+storage, and the deletions rotation asked for, complete behind it.
+
+A save writes, hashes and renames as before (:mod:`hf_lightning.checkpoint.store`); what it no longer waits
+for is the disk::
+
+    training thread                                      durability thread (one checkpoint at a time)
+    ---------------                                      ---------------------------------------------
+    write + hash the files into .tmp-checkpoint-N
+    wait for the previous checkpoint's flush
+      (its error raised here, the staging removed)
+    manifest, drop the sentinel,
+      rename .tmp-checkpoint-N -> checkpoint-N           fsync every file of checkpoint-N, its folders
+    rotation: checkpoint-K -> .rotated-checkpoint-K-pid    and output_dir
+      (hidden: no `checkpoint-*` glob matches it)        then delete the .rotated-* folders
+    training goes on
+    next save / end of train() / resume / load-best / a checkpoint pushed: wait (its error raised)
+
+Why this keeps the guarantee of a fully synchronous save:
+
+- a process killed at any moment: the page cache holds every byte written, so ``checkpoint-N`` is complete
+  from the rename on; before it, the previous checkpoint is the newest. A ``.rotated-*`` folder left behind
+  is put back under its name when the next ``train()`` takes the lock (``leftovers.remove_leftovers``), and
+  the next save's rotation deletes it again.
+- a power loss before the flush ends may damage ``checkpoint-N``: its manifest (sizes and checksums) makes
+  the resume search skip it, and the folders rotation set aside are still on disk, because they are only
+  deleted once ``checkpoint-N`` is durable; the search considers them too (``folders.find_resumable_checkpoint``).
+- a failed flush (``ENOSPC``, ``EIO``): the new folder is deleted (its pages may be lost), the set-aside
+  folders get their names back, and the error is raised at the next wait, reported as a failed save is.
+
+``HF_LIGHTNING_DURABLE_SAVE=1`` restores the previous behaviour: a save returns only once its checkpoint is
+on stable storage (docs/divergences.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+
+from hf_lightning.checkpoint.io import disk_full_error, fsync_dir
+
+__all__ = [
+    "ROTATED_PREFIX",
+    "defer_durability",
+    "durability_deferred",
+    "set_aside",
+    "set_aside_renamed",
+    "wait_for_durability",
+]
+
+logger = logging.getLogger(__name__)
+
+ROTATED_PREFIX = ".rotated-"
+"""A folder rotation (or a step saved again) deletes, renamed while the new checkpoint is not durable yet."""
+
+_ENV = "HF_LIGHTNING_DURABLE_SAVE"
+_ADVICE = (  # the words of a save that fails while writing (store._FULL_DISK_ADVICE)
+    "Nothing of this save is left on disk and the checkpoints written before are intact: free some space "
+    "(or lower `save_total_limit`), then resume with `train(resume_from_checkpoint=True)`."
+)
+
+
+def durability_deferred() -> bool:
+    """Whether a synchronous save leaves its flush to the background (unless ``HF_LIGHTNING_DURABLE_SAVE=1``)."""
+    return os.environ.get(_ENV, "").strip().lower() not in ("1", "true", "yes")
+
+
+class _Pending:
+    """The flush of one published checkpoint, and the folders waiting for it to be deleted."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.aside: list[tuple[str, str]] = []  # (hidden path, original path)
+        self.durable = False
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="hf-lightning-durability", daemon=False)
+
+    def _run(self) -> None:
+        try:
+            _flush_tree(self.folder)
+            fsync_dir(os.path.dirname(self.folder) or ".")
+        except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
+            logger.error("Flushing the checkpoint %s to disk failed: %s", self.folder, exc)
+            self.error = exc
+            return
+        with self.lock:
+            self.durable, doomed = True, list(self.aside)
+            self.aside.clear()
+        for hidden, _ in doomed:
+            shutil.rmtree(hidden, ignore_errors=True)
+
+    def undo(self) -> None:
+        """After a failed flush: delete the new folder, give the set-aside folders their names back."""
+        from hf_lightning.checkpoint.folders import remove_folder
+
+        remove_folder(self.folder)
+        for hidden, original in self.aside:
+            if not os.path.lexists(original):
+                os.replace(hidden, original)
+        self.aside.clear()
+        fsync_dir(os.path.dirname(self.folder) or ".")
+
+
+def _flush_tree(folder: str) -> None:
+    """``io.fsync_tree``, except that a file (or the folder) deleted meanwhile has nothing left to flush."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for name in dirs:
+            fsync_dir(os.path.join(root, name))
+    fsync_dir(folder)
+
+
+_pending: _Pending | None = None
+_guard = threading.Lock()
+
+
+def defer_durability(folder: str) -> None:
+    """Flush the just published ``folder`` (files, folders, its parent) in the background."""
+    global _pending
+    job = _Pending(folder)
+    with _guard:
+        _pending = job
+    job.thread.start()
+
+
+def set_aside(path: str) -> bool:
+    """Hide ``path`` (a folder to delete) until the pending flush ended, then delete it behind.
+
+    Returns False when no flush is pending: the caller deletes ``path`` itself.
+    """
+    if _pending is None:
+        return False
+    parent, name = os.path.split(os.path.normpath(path))
+    hidden = os.path.join(parent, f"{ROTATED_PREFIX}{name}-{os.getpid()}")
+    os.replace(path, hidden)
+    return set_aside_renamed(hidden, path)
+
+
+def set_aside_renamed(hidden: str, original: str) -> bool:
+    """As :func:`set_aside` for a folder already renamed from ``original`` to ``hidden``."""
+    job = _pending
+    if job is None:
+        shutil.rmtree(hidden, ignore_errors=True)
+        return False
+    with job.lock:
+        if not job.durable:
+            job.aside.append((hidden, original))
+            return True
+    shutil.rmtree(hidden, ignore_errors=True)  # the flush ended meanwhile
+    return True
+
+
+def wait_for_durability() -> None:
+    """Wait for the pending flush; raise its error (a full disk as :class:`DiskFullError`) after undoing it."""
+    global _pending
+    with _guard:
+        job, _pending = _pending, None
+    if job is None:
+        return
+    job.thread.join()
+    if job.error is None:
+        return
+    full = disk_full_error(job.error, job.folder, "checkpoint", _ADVICE)  # measured before deleting
+    job.undo()
+    if full is not None:
+        full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words
+        raise full from job.error
+    raise job.error
