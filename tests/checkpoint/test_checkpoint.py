@@ -358,9 +358,13 @@ def test_leftover_staging_folder_is_cleared_by_the_next_save(tmp_path):
     assert "stale.txt" not in os.listdir(folder) and not os.path.exists(staging)
 
 
-def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monkeypatch):
-    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed; the
-    resume search gives the old complete copy its name back."""
+@pytest.mark.parametrize("deferred", [False, True], ids=["durable", "deferred-durability"])
+def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monkeypatch, deferred):
+    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed. By
+    default the resume search falls back to the step before; with deferred durability the old complete copy
+    was only set aside (``.rotated-``), and the search gives it its name back."""
+    if deferred:
+        monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "1")
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)
     first_copy = safetensors.torch.load_file(
@@ -378,6 +382,9 @@ def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monk
         save_checkpoint(tmp_path / "out", 2, model=make_model("tiny", 3), state=JsonState(2))
     monkeypatch.undo()
     assert not os.path.exists(checkpoint_path(tmp_path / "out", 2))
+    if not deferred:
+        assert find_resumable_checkpoint(tmp_path / "out") == str(tmp_path / "out" / "checkpoint-1")
+        return
     assert find_resumable_checkpoint(tmp_path / "out") == str(tmp_path / "out" / "checkpoint-2")
     restored = safetensors.torch.load_file(
         os.path.join(checkpoint_path(tmp_path / "out", 2), "model.safetensors")

@@ -32,6 +32,12 @@ def hidden(out) -> list[str]:
     return sorted(name for name in os.listdir(out) if name.startswith(durability.ROTATED_PREFIX))
 
 
+@pytest.fixture(autouse=True)
+def deferred(monkeypatch):
+    """Deferred durability is opt-in: every test here turns it on, but the one of the default."""
+    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "1")
+
+
 @pytest.fixture
 def held_flush(monkeypatch):
     """The background flush waits until the test sets the returned event."""
@@ -136,9 +142,9 @@ def test_a_set_aside_folder_left_by_a_kill_gets_its_name_back(tmp_path):
     assert os.listdir(out) == ["checkpoint-1"]
 
 
-def test_the_old_behaviour_on_request(tmp_path, monkeypatch, held_flush):
-    """HF_LIGHTNING_DURABLE_SAVE=1: nothing is left to flush behind; rotation deletes at once."""
-    monkeypatch.setenv("HF_LIGHTNING_DURABLE_SAVE", "1")
+def test_the_default_is_durable_before_the_save_returns(tmp_path, monkeypatch, held_flush):
+    """By default (HF_LIGHTNING_DEFERRED_DURABILITY unset) nothing is left to flush behind; rotation deletes at once."""
+    monkeypatch.delenv("HF_LIGHTNING_DEFERRED_DURABILITY")
     out = tmp_path / "out"
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)

@@ -28,8 +28,8 @@ Why this keeps the guarantee of a fully synchronous save:
 - a failed flush (``ENOSPC``, ``EIO``): the new folder is deleted (its pages may be lost), the set-aside
   folders get their names back, and the error is raised at the next wait, reported as a failed save is.
 
-``HF_LIGHTNING_DURABLE_SAVE=1`` restores the previous behaviour: a save returns only once its checkpoint is
-on stable storage (docs/divergences.md).
+Opt-in, with ``HF_LIGHTNING_DEFERRED_DURABILITY=1`` (docs/divergences.md). By default a save returns only once
+its checkpoint is on stable storage, as it always did: a machine that loses power loses nothing durable.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 ROTATED_PREFIX = ".rotated-"
 """A folder rotation (or a step saved again) deletes, renamed while the new checkpoint is not durable yet."""
 
-_ENV = "HF_LIGHTNING_DURABLE_SAVE"
+_ENV = "HF_LIGHTNING_DEFERRED_DURABILITY"
 _ADVICE = (  # the words of a save that fails while writing (store._FULL_DISK_ADVICE)
     "Nothing of this save is left on disk and the checkpoints written before are intact: free some space "
     "(or lower `save_total_limit`), then resume with `train(resume_from_checkpoint=True)`."
@@ -63,8 +63,8 @@ _ADVICE = (  # the words of a save that fails while writing (store._FULL_DISK_AD
 
 
 def durability_deferred() -> bool:
-    """Whether a synchronous save leaves its flush to the background (unless ``HF_LIGHTNING_DURABLE_SAVE=1``)."""
-    return os.environ.get(_ENV, "").strip().lower() not in ("1", "true", "yes")
+    """Whether a synchronous save leaves its flush to the background (``HF_LIGHTNING_DEFERRED_DURABILITY=1``)."""
+    return os.environ.get(_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 class _Pending:
