@@ -40,7 +40,7 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "HFModule": ("hf_lightning.adapters.module:HFModule",),
         "DataSettings": (f"{_GROUPS}:data_settings",),
         "DDPStrategy": (f"{_STRATEGY}:distributed_settings",),
-        "FSDP strategy": ("hf_lightning.adapters.fsdp:fsdp_settings",),
+        "FSDP strategy": ("hf_lightning.args.fsdp_settings:fsdp_settings",),
         "DeepSpeed strategy": ("hf_lightning.adapters.deepspeed:deepspeed_settings",),
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),
         "Trainer facade": (_FACADE,),
