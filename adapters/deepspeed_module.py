@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from hf_lightning.args.deepspeed_config import DeepSpeedSettings, trainer_deepspeed_settings
 from hf_lightning.checkpoint.deepspeed_state import load_pending_deepspeed_state, register_deepspeed_engine
 
 from .deepspeed_sections import has_section, section_optimizer, section_scheduler
@@ -31,6 +32,16 @@ class DeepSpeedModule(HFModule):
     _backwards = 0
     _engine_steps_schedule = False
     drives_deepspeed = True
+
+    def __init__(
+        self, model: Any, args: Any = None, *, deepspeed: DeepSpeedSettings | None = None, **kwargs: Any
+    ) -> None:
+        """``deepspeed``: the plan's DeepSpeed settings (``to_lightning(args).distributed.deepspeed``); built from
+        ``args`` when not given."""
+        super().__init__(model, args, **kwargs)
+        self.deepspeed = (
+            deepspeed if deepspeed is not None or args is None else trainer_deepspeed_settings(args)
+        )
 
     def training_step(self, batch: Any, batch_idx: int) -> None:
         self._backwards = 0
@@ -55,12 +66,10 @@ class DeepSpeedModule(HFModule):
         sections (built as DeepSpeed builds them), else the arguments' (``HFModule``'s)."""
         optimizer, scheduler = self._optimizers_given
         if optimizer is None:
-            from hf_lightning.optim import create_optimizer
-
-            optimizer = section_optimizer(self.args, self.model) or create_optimizer(self.model, self.args)
+            optimizer = section_optimizer(self.deepspeed, self.model) or self.build_optimizer()
         if scheduler is None:
             total = int(self.trainer.estimated_stepping_batches)
-            scheduler = section_scheduler(self.args, optimizer, total, self.model)
+            scheduler = section_scheduler(self.deepspeed, optimizer, total, self.model)
         self._optimizers_given = (optimizer, scheduler)
         return super().configure_optimizers()
 
@@ -69,8 +78,8 @@ class DeepSpeedModule(HFModule):
         engine: Any = self.trainer.strategy.model
         register_deepspeed_engine(self.model, engine)
         load_pending_deepspeed_state(self.model, engine)
-        self._engine_steps_schedule = has_section(self.args, "optimizer") or has_section(
-            self.args, "scheduler"
+        self._engine_steps_schedule = has_section(self.deepspeed, "optimizer") or has_section(
+            self.deepspeed, "scheduler"
         )
         super().on_train_start()
 

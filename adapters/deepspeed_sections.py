@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hf_lightning.args.deepspeed_config import DeepSpeedSettings
+
 __all__ = ["has_section", "section_optimizer", "section_scheduler"]
 
 _ADAM_PARAMS = {
@@ -39,32 +41,20 @@ _ADAM_PARAMS = {
 _SCHEDULERS = ("WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest")
 
 
-def _filled(args: Any, model: nn.Module | None, num_training_steps: int | None) -> dict[str, Any]:
-    from .deepspeed import fill_deepspeed_config
-
-    return fill_deepspeed_config(
-        args, world_size=max(int(args.world_size), 1), model=model, num_training_steps=num_training_steps
-    )
+def has_section(settings: DeepSpeedSettings | None, section: str) -> bool:
+    """Whether the plan's DeepSpeed configuration has an ``optimizer`` or ``scheduler`` section."""
+    return settings is not None and section in settings.sections
 
 
-def has_section(args: Any, section: str) -> bool:
-    """Whether ``args.deepspeed`` has an ``optimizer`` or ``scheduler`` section."""
-    if not args.deepspeed:
-        return False
-    from .deepspeed import load_deepspeed_config
-
-    return section in load_deepspeed_config(args.deepspeed)
-
-
-def section_optimizer(args: Any, model: nn.Module) -> torch.optim.Optimizer | None:
+def section_optimizer(settings: DeepSpeedSettings | None, model: nn.Module) -> torch.optim.Optimizer | None:
     """The optimizer of the configuration's ``optimizer`` section (``None`` without one).
 
     Raises:
         NotImplementedError: a type or parameter not built here, named.
     """
-    if not has_section(args, "optimizer"):
+    if settings is None or not has_section(settings, "optimizer"):
         return None
-    section = _filled(args, model, None)["optimizer"]
+    section = settings.filled(model, None)["optimizer"]
     kind = str(section.get("type", "")).lower()
     params = dict(section.get("params") or {})
     unknown = sorted(set(params) - _ADAM_PARAMS)
@@ -96,12 +86,15 @@ def section_optimizer(args: Any, model: nn.Module) -> torch.optim.Optimizer | No
 
 
 def section_scheduler(
-    args: Any, optimizer: torch.optim.Optimizer, num_training_steps: int, model: nn.Module
+    settings: DeepSpeedSettings | None,
+    optimizer: torch.optim.Optimizer,
+    num_training_steps: int,
+    model: nn.Module,
 ) -> Any:
     """DeepSpeed's scheduler of the configuration's ``scheduler`` section over ``optimizer`` (``None`` without one)."""
-    if not has_section(args, "scheduler"):
+    if settings is None or not has_section(settings, "scheduler"):
         return None
-    section = _filled(args, model, num_training_steps)["scheduler"]
+    section = settings.filled(model, num_training_steps)["scheduler"]
     name = section.get("type")
     if name not in _SCHEDULERS:
         raise NotImplementedError(

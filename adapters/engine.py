@@ -36,12 +36,12 @@ class Engine:
 
         check_supported(args)
 
-    def accelerator(self, args: Any, environ: Any, cuda_available: bool) -> _accelerator.LightningAccelerator:
-        """``trainer.accelerator``: accelerate's API on Lightning's strategy (``accelerator.py``)."""
+    def accelerator(self, settings: Any) -> _accelerator.LightningAccelerator:
+        """``trainer.accelerator``: accelerate's API on Lightning's strategy (``accelerator.py``), from the
+        plan's ``AcceleratorSettings`` (``hf_lightning.args.accelerator``)."""
         from .accelerator import LightningAccelerator
-        from .accelerator_state import accelerator_settings
 
-        return LightningAccelerator(accelerator_settings(args, environ, cuda_available=cuda_available))
+        return LightningAccelerator(settings)
 
     def reporting_callbacks(self, args: Any) -> list[Any]:
         """The ``report_to`` callbacks (``callbacks/reporting.py``)."""
@@ -74,23 +74,17 @@ class Engine:
 
         return run_fit(request)
 
-    def section_optimizer(self, args: Any, model: Any) -> Any:
-        """The optimizer of a DeepSpeed configuration's ``optimizer`` section, or None."""
+    def section_optimizer(self, deepspeed: Any, model: Any) -> Any:
+        """The optimizer of the DeepSpeed settings' ``optimizer`` section, or None (no section, no DeepSpeed)."""
         from .deepspeed_sections import section_optimizer
 
-        return section_optimizer(args, model)
+        return section_optimizer(deepspeed, model)
 
-    def section_scheduler(self, args: Any, optimizer: Any, num_training_steps: int, model: Any) -> Any:
-        """The scheduler of a DeepSpeed configuration's ``scheduler`` section, or None."""
+    def section_scheduler(self, deepspeed: Any, optimizer: Any, num_training_steps: int, model: Any) -> Any:
+        """The scheduler of the DeepSpeed settings' ``scheduler`` section, or None."""
         from .deepspeed_sections import section_scheduler
 
-        return section_scheduler(args, optimizer, num_training_steps, model)
-
-    def deepspeed_zero_stage(self, config: Any) -> int:
-        """The ZeRO stage of ``args.deepspeed`` (a path or a dict)."""
-        from .deepspeed import load_deepspeed_config, zero_stage
-
-        return zero_stage(load_deepspeed_config(config))
+        return section_scheduler(deepspeed, optimizer, num_training_steps, model)
 
     # --- data ------------------------------------------------------------------------------------
     def build_train_sampler(self, *args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import lightning as L
 import torch
@@ -97,12 +97,18 @@ def _deepspeed_strategy(plan: Any, facade: Any, max_steps: int) -> Any:
     from .deepspeed import build_deepspeed_strategy, engine_config
 
     distributed = plan.distributed
-    config = engine_config(
-        facade.args, world_size=distributed.world_size, model=facade.model, num_training_steps=max_steps
-    )
+    config = engine_config(distributed.deepspeed, model=facade.model, num_training_steps=max_steps)
     return build_deepspeed_strategy(
         config, distributed.process_group_backend, cpu=distributed.deepspeed.cpu, devices=distributed.devices
     )
+
+
+def _sharding(plan: Any) -> dict[str, Any]:
+    """The FSDP or DeepSpeed settings the module class of ``plan`` takes."""
+    distributed = plan.distributed
+    if distributed.fsdp is not None:
+        return {"fsdp": distributed.fsdp}
+    return {"deepspeed": distributed.deepspeed} if distributed.deepspeed is not None else {}
 
 
 def run_fit(request: FitRequest) -> HFModule:
@@ -133,7 +139,7 @@ def run_fit(request: FitRequest) -> HFModule:
         shift_labels=getattr(facade, "loss_shifts_labels", None),
         compute_loss_func=facade.compute_loss_func,
         settings=plan.module,
-        **cast(dict[str, Any], {"fsdp": plan.distributed.fsdp} if plan.distributed.fsdp is not None else {}),
+        **_sharding(plan),
     )
     facade.accelerator.bind(module)
     windows = AccumulationWindows(

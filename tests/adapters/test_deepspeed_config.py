@@ -15,7 +15,8 @@ from accelerate.utils.deepspeed import HfDeepSpeedConfig as AccelerateConfig
 from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
 
 from hf_lightning import TrainingArguments
-from hf_lightning.adapters.deepspeed import fill_deepspeed_config, zero_stage
+from hf_lightning.adapters.deepspeed import deepspeed_settings, fill_deepspeed_config, zero_stage
+from hf_lightning.args.deepspeed_config import trainer_deepspeed_settings
 from tests.tiny import tiny_gpt2
 
 STEPS = 40
@@ -153,7 +154,7 @@ def test_engine_config_trains_with_the_trainers_optimizer(tmp_path) -> None:
         "train_batch_size": "auto",
     }
     args = TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)
-    filled = engine_config(args, world_size=2, model=tiny_gpt2(), num_training_steps=STEPS)
+    filled = engine_config(deepspeed_settings(args, 2, cpu=True), model=tiny_gpt2(), num_training_steps=STEPS)
     assert filled["zero_allow_untested_optimizer"] is True
     assert "gradient_accumulation_steps" not in filled and "train_batch_size" not in filled
     assert filled["zero_optimization"]["stage"] == 2
@@ -167,7 +168,7 @@ def test_sections_are_built_by_the_trainer_not_passed_to_the_engine(tmp_path) ->
     config = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
               "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}}  # fmt: skip
     args = TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)
-    filled = engine_config(args, world_size=1, model=tiny_gpt2(), num_training_steps=STEPS)
+    filled = engine_config(deepspeed_settings(args, 1, cpu=True), model=tiny_gpt2(), num_training_steps=STEPS)
     assert "optimizer" not in filled and "scheduler" not in filled
     assert filled["gradient_clipping"] == 1.0
 
@@ -181,7 +182,7 @@ def test_section_optimizer_is_adamw_over_every_trainable_parameter(tmp_path) -> 
     model = tiny_gpt2()
     args = TrainingArguments(str(tmp_path), deepspeed={"zero_optimization": {"stage": 2},
                              "optimizer": {"type": "AdamW", "params": auto}}, **ARGUMENTS)  # fmt: skip
-    optimizer = section_optimizer(args, model)
+    optimizer = section_optimizer(trainer_deepspeed_settings(args), model)
     assert type(optimizer) is torch.optim.AdamW and len(optimizer.param_groups) == 1
     group = optimizer.param_groups[0]
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (
@@ -192,7 +193,7 @@ def test_section_optimizer_is_adamw_over_every_trainable_parameter(tmp_path) -> 
         "optimizer": {"type": "Adam", "params": {"adam_w_mode": False}},
     }
     args = TrainingArguments(str(tmp_path), deepspeed=plain, **ARGUMENTS)
-    assert type(section_optimizer(args, model)) is torch.optim.Adam
+    assert type(section_optimizer(trainer_deepspeed_settings(args), model)) is torch.optim.Adam
 
 
 @pytest.mark.parametrize(
@@ -212,8 +213,10 @@ def test_sections_not_built_here_are_refused_by_name(tmp_path, section, named) -
     )
     model = tiny_gpt2()
     with pytest.raises(NotImplementedError, match=named):
-        optimizer = section_optimizer(args, model) or torch.optim.SGD(model.parameters(), lr=0.1)
-        section_scheduler(args, optimizer, STEPS, model)
+        optimizer = section_optimizer(trainer_deepspeed_settings(args), model) or torch.optim.SGD(
+            model.parameters(), lr=0.1
+        )
+        section_scheduler(trainer_deepspeed_settings(args), optimizer, STEPS, model)
 
 
 def test_section_scheduler_is_deepspeeds_class_with_filled_values(tmp_path) -> None:
@@ -227,7 +230,9 @@ def test_section_scheduler_is_deepspeeds_class_with_filled_values(tmp_path) -> N
         "warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto", "warmup_type": "linear"}}}  # fmt: skip
     args = TrainingArguments(str(tmp_path), deepspeed=config, **{**ARGUMENTS, "warmup_steps": 3})
     model = tiny_gpt2()
-    scheduler = section_scheduler(args, torch.optim.SGD(model.parameters(), lr=1.0), STEPS, model)
+    scheduler = section_scheduler(
+        trainer_deepspeed_settings(args), torch.optim.SGD(model.parameters(), lr=1.0), STEPS, model
+    )
     assert isinstance(scheduler, WarmupLR)
     assert scheduler.warmup_num_steps == 3 and scheduler.max_lrs == [args.learning_rate]
 
@@ -248,7 +253,10 @@ def test_section_adam_takes_deepspeeds_defaults(tmp_path) -> None:
 
     def build(params: dict) -> torch.optim.Optimizer | None:
         config = {"zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": params}}
-        return section_optimizer(TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS), tiny_gpt2())
+        return section_optimizer(
+            trainer_deepspeed_settings(TrainingArguments(str(tmp_path), deepspeed=config, **ARGUMENTS)),
+            tiny_gpt2(),
+        )
 
     assert build({"lr": "auto"}).param_groups[0]["weight_decay"] == 0.0  # type: ignore[union-attr]
     assert build({"torch_adam": True}).param_groups[0]["weight_decay"] == 0.01  # type: ignore[union-attr]

@@ -10,9 +10,9 @@ import inspect
 import warnings
 from typing import Any
 
+from hf_lightning.args.deepspeed_config import zero_stage_of
 from hf_lightning.args.trainer_checks import check_output_dir, check_sharding_arguments
 from hf_lightning.loss import LabelSmoother
-from hf_lightning.trainer.engine_door import ENGINE
 
 __all__ = ["build_label_smoother", "check_trainer_arguments"]
 
@@ -53,7 +53,7 @@ def check_trainer_arguments(trainer: Any) -> None:
             "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
         )
     given_optimizers = optimizer is not None or lr_scheduler is not None
-    check_sharding_arguments(args, given_optimizers=given_optimizers, zero_stage=ENGINE.deepspeed_zero_stage)
+    check_sharding_arguments(args, given_optimizers=given_optimizers, zero_stage=zero_stage_of)
     check_output_dir(args)
 
 

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
+from hf_lightning.args.deepspeed_config import trainer_deepspeed_settings
 from hf_lightning.trainer.engine_door import ENGINE
 
 if TYPE_CHECKING:
@@ -41,9 +42,10 @@ class OptimizerSetup:
         t = self.trainer
         if t.optimizer is None:
             target = model if model is not None else t.model
-            section = ENGINE.section_optimizer(
-                t.args, target
+            deepspeed = trainer_deepspeed_settings(
+                t.args
             )  # a DeepSpeed `optimizer` section, as DeepSpeed builds it
+            section = ENGINE.section_optimizer(deepspeed, target) if deepspeed is not None else None
             t.optimizer = section or _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
         return t.optimizer
 
@@ -55,7 +57,13 @@ class OptimizerSetup:
         t = self.trainer
         if t.lr_scheduler is None:
             optimizer = t.optimizer if optimizer is None else optimizer
-            t.lr_scheduler = ENGINE.section_scheduler(t.args, optimizer, num_training_steps, t.model) or (
+            deepspeed = trainer_deepspeed_settings(t.args)
+            section = (
+                ENGINE.section_scheduler(deepspeed, optimizer, num_training_steps, t.model)
+                if deepspeed
+                else None
+            )
+            t.lr_scheduler = section or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
                     t.plan.module.lr_scheduler_type,
                     optimizer=optimizer,

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from hf_lightning import optim as _optim
+from hf_lightning.args.accelerator import accelerator_settings
 from hf_lightning.args.training_args import TrainingArguments
 from hf_lightning.callbacks import (
     CallbackHandler,
@@ -363,7 +364,9 @@ class Trainer:
     # --- engine and processes -----------------------------------------------------------------
     def create_accelerator_and_postprocess(self) -> None:
         """(Re)create ``self.accelerator`` (accelerate's API on Lightning) and the engine flags (``surface.py``)."""
-        self.accelerator = ENGINE.accelerator(self.args, os.environ, cuda_available=torch.cuda.is_available())
+        self.accelerator = ENGINE.accelerator(
+            accelerator_settings(self.args, os.environ, cuda_available=torch.cuda.is_available())
+        )
         for name, value in surface.init_engine_attributes(self).items():  # is_deepspeed_enabled, ...
             setattr(self, name, value)
 
