@@ -39,7 +39,7 @@ import os
 import shutil
 import threading
 
-from hf_lightning.checkpoint.io import disk_full_error, fsync_dir
+from hf_lightning.checkpoint.io import disk_full_error, fsync_dir, fsync_tree
 
 __all__ = [
     "ROTATED_PREFIX",
@@ -105,20 +105,8 @@ class _Pending:
 
 
 def _flush_tree(folder: str) -> None:
-    """``io.fsync_tree``, except that a file (or the folder) deleted meanwhile has nothing left to flush."""
-    for root, dirs, files in os.walk(folder, topdown=False):
-        for name in files:
-            try:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for name in dirs:
-            fsync_dir(os.path.join(root, name))
-    fsync_dir(folder)
+    """``io.fsync_tree``, except that a file deleted meanwhile has nothing left to flush."""
+    fsync_tree(folder, missing_ok=True)
 
 
 _pending: _Pending | None = None

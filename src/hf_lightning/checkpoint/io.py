@@ -232,11 +232,17 @@ def fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def fsync_tree(folder: str) -> None:
-    """Flush every file below ``folder``, then every directory, to stable storage."""
+def fsync_tree(folder: str, *, missing_ok: bool = False) -> None:
+    """Flush every file below ``folder``, then every directory, to stable storage; with ``missing_ok`` a file
+    deleted meanwhile has nothing left to flush."""
     for root, dirs, files in os.walk(folder, topdown=False):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise
+                continue
             try:
                 os.fsync(fd)
             finally:
