@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hf_lightning.plan.reporting import TrackerSettings
+if TYPE_CHECKING:  # building the arguments imports no torch (hf_lightning.plan does)
+    from hf_lightning.plan.reporting import TrackerSettings
 
 __all__ = ["INTEGRATIONS", "available_integrations", "installed", "pip_package", "tracker_settings"]
 
@@ -65,6 +66,8 @@ def available_integrations() -> list[str]:
 
 def tracker_settings(args: Any) -> TrackerSettings:
     """The :class:`TrackerSettings` of ``args``: what the Lightning loggers of ``report_to`` are built from."""
+    from hf_lightning.plan.reporting import TrackerSettings
+
     return TrackerSettings(
         report_to=args.report_to,
         output_dir=args.output_dir if args.output_dir is not None else "trainer_output",
