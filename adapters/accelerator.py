@@ -5,7 +5,7 @@ Trainer subclasses (TRL's, sentence-transformers', a user's ``training_step``) c
 object answers them as accelerate's ``Accelerator`` would, with the same names, signatures and values:
 during ``train()`` through the running ``lightning.Trainer`` (its strategy gathers, reduces and waits,
 its precision plugin scales and autocasts), before and after it from the launcher's variables and the
-arguments (:class:`~hf_lightning.adapters.accelerator_state.AcceleratorSettings`, translated once when
+arguments (:class:`~hf_lightning.args.accelerator.AcceleratorSettings`, translated once when
 the Trainer is built). The process values come from ``accelerator.state``
 (:class:`~hf_lightning.adapters.accelerator_state.AcceleratorStateView`), so a test that patches
 ``trainer.accelerator.state.num_processes`` changes what the Trainer reads, as in transformers.

@@ -24,7 +24,7 @@ __all__ = ["CARRIER_SOURCES", "UNCHECKED_STATUSES", "carrier_keys", "names_read"
 
 _PLAN = "hf_lightning.adapters.plan"
 _GROUPS = "hf_lightning.args.translate"
-_STRATEGY = "hf_lightning.args.distributed"
+_DISTRIBUTED = "hf_lightning.args.distributed"
 _FACADE = "hf_lightning.trainer"
 _RUNTIME = "hf_lightning.args.runtime"
 
@@ -35,11 +35,11 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
             f"{_PLAN}:_duration",
             f"{_PLAN}:_log_every_n_steps",
             f"{_GROUPS}:precisions",
-            f"{_STRATEGY}:distributed_settings",
+            f"{_DISTRIBUTED}:distributed_settings",
         ),
         "HFModule": ("hf_lightning.adapters.module:HFModule",),
         "DataSettings": (f"{_GROUPS}:data_settings",),
-        "DDPStrategy": (f"{_STRATEGY}:distributed_settings",),
+        "DDPStrategy": (f"{_DISTRIBUTED}:distributed_settings",),
         "FSDP strategy": ("hf_lightning.args.fsdp_settings:fsdp_settings",),
         "DeepSpeed strategy": ("hf_lightning.args.deepspeed_config:deepspeed_settings",),
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),

@@ -31,7 +31,6 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler
 
-from hf_lightning.args.translate import eval_settings
 from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
 from hf_lightning.plan.groups import EvalSettings
@@ -198,16 +197,11 @@ class _DeviceTarget:
 class EvalEngine:
     """Where one evaluation runs: inside the running ``lightning.Trainer``, or standalone on ``args.device``.
 
-    ``accelerator`` is the facade's ``LightningAccelerator``; ``args`` its ``TrainingArguments``,
-    translated once into :class:`~hf_lightning.plan.groups.EvalSettings` (``self.settings``),
-    which is all the engine reads (or pass ``settings`` instead of ``args``).
+    ``accelerator`` is the facade's ``LightningAccelerator``; ``settings`` the plan's
+    :class:`~hf_lightning.plan.groups.EvalSettings` (``plan.eval_placement``), which is all the engine reads.
     """
 
-    def __init__(self, accelerator: Any, args: Any = None, *, settings: EvalSettings | None = None) -> None:
-        if settings is None:
-            if args is None:
-                raise ValueError("`EvalEngine(args=None, settings=None)`: pass one of them")
-            settings = eval_settings(args)
+    def __init__(self, accelerator: Any, *, settings: EvalSettings) -> None:
         self.accelerator = accelerator
         self.settings = settings
         self.lightning_trainer = getattr(accelerator.module, "_trainer", None) if accelerator.module else None

@@ -10,7 +10,7 @@
     for epoch:                                      # Lightning epoch loop
         on_epoch_begin                              # Lightning on_train_epoch_start
         for window in epoch:                        # one Lightning training_step
-            on_step_begin                           # first micro-batch of the window
+            on_step_begin                           # before the window's first micro-batch
             for micro-batch: training_step; on_substep_end (all but the last)
             clip gradients; on_pre_optimizer_step; optimizer.step(); on_optimizer_step
             scheduler.step(); global_step += 1
@@ -34,7 +34,7 @@ BRIDGED_EVENTS: dict[str, str] = {
     "on_init_end": "Trainer.__init__",
     "on_train_begin": "HFModule.on_train_start -> TrainLoopDriver.on_train_begin",
     "on_epoch_begin": "HFModule.on_train_epoch_start -> TrainLoopDriver.on_epoch_begin",
-    "on_step_begin": "HFModule.training_step, first micro-batch of the window",
+    "on_step_begin": "HFModule.training_step, before the window's first micro-batch",
     "on_substep_end": "HFModule.training_step, after each micro-batch but the last",
     "on_pre_optimizer_step": "HFModule.on_before_optimizer_step, after clipping",
     "on_optimizer_step": "HFModule.training_step, after optimizer.step()",
@@ -132,9 +132,8 @@ class TrainLoopDriver:
     def on_step_begin(self) -> None:
         self.micro_batch = 0
         self.run.current_gradient_accumulation_steps = self.module.window_size
-        self.run.window_items = (
-            self.module.window_items
-        )  # read only when the loss looks degenerate (no target)
+        # the window's items: read only when the loss looks degenerate (no target)
+        self.run.window_items = self.module.window_items
         self._sync_gradients()
         self.trainer.run.on_resume_point("step")
         self._event("on_step_begin")

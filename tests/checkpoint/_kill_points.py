@@ -6,6 +6,12 @@ the Python layer on a path inside ``OUT`` counted (creating, writing, renaming, 
 ``shutil.rmtree`` and ``os.makedirs`` count once) and kills itself just before (``WHEN=before``) or just
 after (``after``) operation number ``KILL_AT``. ``KILL_AT=0`` kills nothing and writes the number of
 operations of the whole run to ``COUNT_FILE``.
+
+Only the main thread's operations are counted: a thread of the library (deferred durability's flush, which
+deletes the folders rotation set aside) runs its operations uncounted, interleaved with the main thread's as
+the scheduler decides, so that operation ``KILL_AT`` is the same one in the counting run and in the killed
+run. The kill still stops that thread wherever it has got to. ``DEFERRED=1`` (or ``deferred=True``) trains
+with ``HF_LIGHTNING_DEFERRED_DURABILITY=1``.
 """
 
 from __future__ import annotations
@@ -44,7 +50,10 @@ def install(root: str, kill_at: int, when: str) -> list[int]:
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             skip = (
-                getattr(_state, "inside", False) or len(args) <= path_at or not _inside(args[path_at], root)
+                getattr(_state, "inside", False)
+                or threading.current_thread() is not threading.main_thread()
+                or len(args) <= path_at
+                or not _inside(args[path_at], root)
             )
             if skip or not writes(*args, **kwargs):
                 return function(*args, **kwargs)
@@ -77,9 +86,12 @@ def install(root: str, kill_at: int, when: str) -> list[int]:
     return count
 
 
-def run(out: str, kill_at: int, when: str, count_file: str) -> None:
+def run(out: str, kill_at: int, when: str, count_file: str, deferred: bool = False) -> None:
     """Train into ``out`` with the kill point installed (see the module docstring)."""
     import torch
+
+    if deferred:
+        os.environ["HF_LIGHTNING_DEFERRED_DURABILITY"] = "1"
 
     torch.set_num_threads(1)
     from tests.checkpoint.test_crash_safety import make_trainer
@@ -102,14 +114,14 @@ _PRELOAD = [
 ]
 
 
-def killed_run(out: str, kill_at: int, when: str, count_file: str) -> int:
+def killed_run(out: str, kill_at: int, when: str, count_file: str, deferred: bool = False) -> int:
     """:func:`run` in a process forked from a server that imported the libraries once; its exit code
     (``-SIGKILL`` when the kill point was reached)."""
     import multiprocessing
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(_PRELOAD)
-    process = context.Process(target=run, args=(out, kill_at, when, count_file))
+    process = context.Process(target=run, args=(out, kill_at, when, count_file, deferred))
     process.start()
     process.join(600)
     if process.exitcode is None:
@@ -119,4 +131,4 @@ def killed_run(out: str, kill_at: int, when: str, count_file: str) -> int:
 
 
 if __name__ == "__main__":
-    run(*sys.argv[1:2], int(sys.argv[2]), *sys.argv[3:5])
+    run(*sys.argv[1:2], int(sys.argv[2]), *sys.argv[3:5], deferred=os.environ.get("DEFERRED") == "1")

@@ -3,6 +3,7 @@ resuming skips incomplete folders and says so, and damaged or unsafe files are r
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pathlib
@@ -180,22 +181,25 @@ def test_a_pickle_that_would_run_code_is_refused(saved, name):
 
 
 # --- a kill at any file operation of a save or a rotation -------------------------------------------------
-@pytest.fixture(scope="module")
-def kill_points(tmp_path_factory):
-    """(number of file operations in output_dir of an uninterrupted run, its final weights)."""
+@pytest.fixture(scope="module", params=["durable", "deferred"])
+def kill_points(request, tmp_path_factory):
+    """(number of file operations in output_dir of an uninterrupted run, its final weights, whether the saves
+    defer their flush: ``HF_LIGHTNING_DEFERRED_DURABILITY=1``)."""
     from tests.checkpoint._kill_points import killed_run
 
+    deferred = request.param == "deferred"
     base = tmp_path_factory.mktemp("kill-points")
-    assert killed_run(str(base / "out"), 0, "before", str(base / "count")) == 0
+    assert killed_run(str(base / "out"), 0, "before", str(base / "count"), deferred) == 0
     straight = make_trainer(str(base / "straight"), save_strategy="no")
     straight.train()
-    return int((base / "count").read_text()), {k: v.clone() for k, v in straight.model.state_dict().items()}
+    weights = {k: v.clone() for k, v in straight.model.state_dict().items()}
+    return int((base / "count").read_text()), weights, deferred
 
 
 def _temporary(path: str) -> bool:
     """A name hf_lightning writes only while a save, rotation or training runs (checkpoint/leftovers.py)."""
     return any(
-        part.startswith((".tmp-", ".old-", ".trash-", ".hf-lightning")) or ".tmp-" in part
+        part.startswith((".tmp-", ".old-", ".trash-", ".rotated-", ".hf-lightning")) or ".tmp-" in part
         for part in path.split("/")
     )
 
@@ -213,7 +217,7 @@ class _LeftoversAtStart(hf_lightning.TrainerCallback):
 def _kill_and_restart(kill_points, hub_server, kill_at: int, when: str) -> None:
     """SIGKILL at file operation ``kill_at``, push the folder as it is, restart with resume=True: no
     temporary survives the start, the weights are those of the uninterrupted run, the Hub holds only
-    complete checkpoints."""
+    complete checkpoints. With deferred durability the restart defers its flushes too."""
     import tempfile
 
     from hf_lightning.checkpoint.folders import resume_problem
@@ -221,10 +225,10 @@ def _kill_and_restart(kill_points, hub_server, kill_at: int, when: str) -> None:
     from tests.checkpoint._kill_points import killed_run
     from tests.hub_server import TOKEN, USER
 
-    _, expected = kill_points
-    with tempfile.TemporaryDirectory() as root:
+    _, expected, deferred = kill_points
+    with tempfile.TemporaryDirectory() as root, _deferred_durability(deferred):
         out = os.path.join(root, "out")
-        assert killed_run(out, kill_at, when, os.path.join(root, "count")) == -signal.SIGKILL
+        assert killed_run(out, kill_at, when, os.path.join(root, "count"), deferred) == -signal.SIGKILL
         repo = f"{USER}/kill-{next(_REPOS)}"
         look = _LeftoversAtStart(out)
         trainer = make_trainer(out, callbacks=[look], save_total_limit=2, push_to_hub=True, hub_token=TOKEN,
@@ -248,6 +252,23 @@ def _kill_and_restart(kill_points, hub_server, kill_at: int, when: str) -> None:
             assert resume_problem(snapshot / folder) is None, folder  # every pushed checkpoint is whole
 
 
+@contextlib.contextmanager
+def _deferred_durability(on: bool):
+    """``HF_LIGHTNING_DEFERRED_DURABILITY=1`` while the block runs when ``on`` (a hypothesis example cannot
+    take the function-scoped ``monkeypatch``)."""
+    name = "HF_LIGHTNING_DEFERRED_DURABILITY"
+    before = os.environ.get(name)
+    if on:
+        os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 KILL = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
 _REPOS = itertools.count()
 
@@ -256,7 +277,7 @@ _REPOS = itertools.count()
 @given(data=st.data())
 def test_kill_at_a_random_file_operation_then_restart(kill_points, hub_server, data):
     """Property (few examples here, many under slow): see ``_kill_and_restart``."""
-    total, _ = kill_points
+    total = kill_points[0]
     kill_at = data.draw(st.integers(1, total), label="kill_at")
     _kill_and_restart(kill_points, hub_server, kill_at, data.draw(st.sampled_from(["before", "after"])))
 
@@ -266,6 +287,6 @@ def test_kill_at_a_random_file_operation_then_restart(kill_points, hub_server, d
 @given(data=st.data())
 def test_kill_at_a_random_file_operation_then_restart_many(kill_points, hub_server, data):
     """The property over 40 kill points."""
-    total, _ = kill_points
+    total = kill_points[0]
     kill_at = data.draw(st.integers(1, total), label="kill_at")
     _kill_and_restart(kill_points, hub_server, kill_at, data.draw(st.sampled_from(["before", "after"])))

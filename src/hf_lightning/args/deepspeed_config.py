@@ -33,7 +33,6 @@ __all__ = [
     "load_deepspeed_config",
     "trainer_deepspeed_settings",
     "zero_stage",
-    "zero_stage_of",
 ]
 
 _HIDDEN_KEYS = (
@@ -212,8 +211,3 @@ def trainer_deepspeed_settings(args: Any) -> DeepSpeedSettings | None:
     if not args.deepspeed:
         return None
     return deepspeed_settings(args, max(int(args.world_size), 1), cpu=bool(args.use_cpu))
-
-
-def zero_stage_of(value: Any) -> int:
-    """The ZeRO stage of a ``deepspeed`` argument (a path or a dict)."""
-    return zero_stage(load_deepspeed_config(value))

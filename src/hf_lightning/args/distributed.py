@@ -54,9 +54,9 @@ class DistributedSettings:
     """``"torchelastic"`` when torchrun runs inside a SLURM allocation (Lightning would take SLURM's ranks);
     ``None``: Lightning detects the launcher (``SLURMEnvironment`` for ``srun``, torchrun's otherwise)."""
     fsdp: FSDPSettings | None = None
-    """``fsdp``/``fsdp_config`` (``adapters/fsdp.py``); ``None`` when FSDP is off."""
+    """``fsdp``/``fsdp_config`` (``args/fsdp_settings.py``); ``None`` when FSDP is off."""
     deepspeed: DeepSpeedSettings | None = None
-    """``deepspeed`` (``adapters/deepspeed.py``); ``None`` when DeepSpeed is off."""
+    """``deepspeed`` (``args/deepspeed_config.py``); ``None`` when DeepSpeed is off."""
 
     @property
     def uses_ddp(self) -> bool:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from hf_lightning.args.deepspeed_config import load_deepspeed_config, zero_stage
 from hf_lightning.args.enums import ParallelMode
 from hf_lightning.args.launcher import launcher_variables
 from hf_lightning.utils import logging as hf_logging
@@ -155,7 +156,7 @@ class DeepSpeedPlugin:
 
     def __init__(self, config: dict) -> None:
         self.deepspeed_config = config
-        self.zero_stage = int(config.get("zero_optimization", {}).get("stage", 0))
+        self.zero_stage = zero_stage(config)
 
     def __repr__(self) -> str:
         return f"DeepSpeedPlugin(zero_stage={self.zero_stage})"
@@ -165,13 +166,7 @@ def deepspeed_plugin(args: TrainingArguments) -> DeepSpeedPlugin | None:
     """transformers' ``args.deepspeed_plugin``: None without ``deepspeed`` (TRL reads its ``zero_stage``)."""
     if not args.deepspeed:
         return None
-    config = args.deepspeed
-    if not isinstance(config, dict):
-        import json
-
-        with open(config, encoding="utf-8") as handle:
-            config = json.load(handle)
-    return DeepSpeedPlugin(config)
+    return DeepSpeedPlugin(load_deepspeed_config(args.deepspeed))
 
 
 class DistributedType(str, enum.Enum):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable
 from typing import Any
+
+from hf_lightning.args.deepspeed_config import load_deepspeed_config, zero_stage
 
 __all__ = ["check_output_dir", "check_sharding_arguments"]
 
@@ -42,9 +43,8 @@ def check_output_dir(args: Any) -> None:
         )
 
 
-def check_sharding_arguments(args: Any, *, given_optimizers: bool, zero_stage: Callable[[Any], int]) -> None:
-    """What transformers refuses at construction under FSDP and DeepSpeed, with its words; ``zero_stage``
-    reads the ZeRO stage of ``args.deepspeed`` (the engine's reader, handed in by the facade)."""
+def check_sharding_arguments(args: Any, *, given_optimizers: bool) -> None:
+    """What transformers refuses at construction under FSDP and DeepSpeed, with its words."""
     fsdp, deepspeed = bool(args.fsdp), bool(args.deepspeed)
     config = args.fsdp_config or {}
     if fsdp and config.get("activation_checkpointing") and args.activation_checkpointing:
@@ -58,7 +58,7 @@ def check_sharding_arguments(args: Any, *, given_optimizers: bool, zero_stage: C
         raise ValueError(
             f"{wrapper} can't be used with `save_only_model` along with `load_best_model_at_end`."
         )
-    if deepspeed and args.auto_find_batch_size and zero_stage(args.deepspeed) == 3:
+    if deepspeed and args.auto_find_batch_size and zero_stage(load_deepspeed_config(args.deepspeed)) == 3:
         raise ValueError(
             "`auto_find_batch_size` isn't supported yet with DeepSpeed Zero-3. Please consider using Zero-2, "
             "Zero-1, or FSDP"

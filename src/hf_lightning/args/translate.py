@@ -148,7 +148,7 @@ def _tp_size(config: Any) -> int | None:
 
 
 def eval_settings(args: Any) -> EvalSettings:
-    """The :class:`EvalSettings` of ``args`` (read when an evaluation starts: ``args.device`` is per process)."""
+    """The :class:`EvalSettings` of ``args``, built with the plan (``args.device``: this process's device)."""
     precision, _, eval_dtype = precisions(args)
     return EvalSettings(
         device=torch.device(args.device),

@@ -36,15 +36,19 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import threading
 
 from hf_lightning.checkpoint.io import disk_full_error, fsync_dir, fsync_tree
 
 __all__ = [
+    "FULL_DISK_ADVICE",
+    "ROTATED_NAME",
     "ROTATED_PREFIX",
     "defer_durability",
     "durability_deferred",
+    "rotated_path",
     "set_aside",
     "set_aside_renamed",
     "wait_for_durability",
@@ -54,9 +58,18 @@ logger = logging.getLogger(__name__)
 
 ROTATED_PREFIX = ".rotated-"
 """A folder rotation (or a step saved again) deletes, renamed while the new checkpoint is not durable yet."""
+ROTATED_NAME = re.compile(rf"^{re.escape(ROTATED_PREFIX)}(checkpoint-(\d+))-\d+$")
+"""The name of such a folder: group 1 its original name, group 2 its step."""
+
+
+def rotated_path(path: str) -> str:
+    """Where :func:`set_aside` hides ``path`` (``.rotated-checkpoint-N-<pid>`` beside it)."""
+    parent, name = os.path.split(os.path.normpath(path))
+    return os.path.join(parent, f"{ROTATED_PREFIX}{name}-{os.getpid()}")
+
 
 _ENV = "HF_LIGHTNING_DEFERRED_DURABILITY"
-_ADVICE = (  # the words of a save that fails while writing (store._FULL_DISK_ADVICE)
+FULL_DISK_ADVICE = (  # what a save that fails for a full disk tells, here and in checkpoint.store
     "Nothing of this save is left on disk and the checkpoints written before are intact: free some space "
     "(or lower `save_total_limit`), then resume with `train(resume_from_checkpoint=True)`."
 )
@@ -129,8 +142,7 @@ def set_aside(path: str) -> bool:
     """
     if _pending is None:
         return False
-    parent, name = os.path.split(os.path.normpath(path))
-    hidden = os.path.join(parent, f"{ROTATED_PREFIX}{name}-{os.getpid()}")
+    hidden = rotated_path(path)
     os.replace(path, hidden)
     return set_aside_renamed(hidden, path)
 
@@ -159,7 +171,7 @@ def wait_for_durability() -> None:
     job.thread.join()
     if job.error is None:
         return
-    full = disk_full_error(job.error, job.folder, "checkpoint", _ADVICE)  # measured before deleting
+    full = disk_full_error(job.error, job.folder, "checkpoint", FULL_DISK_ADVICE)  # measured before deleting
     job.undo()
     if full is not None:
         full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words

@@ -17,7 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
-from hf_lightning.checkpoint.durability import ROTATED_PREFIX, set_aside, wait_for_durability
+from hf_lightning.checkpoint.durability import ROTATED_NAME, set_aside, wait_for_durability
 from hf_lightning.checkpoint.peft_adapters import ADAPTER_WEIGHT_FILE_NAMES, has_adapter_weights
 from hf_lightning.checkpoint.sharded import (
     FSDP_MODEL_DIR,
@@ -53,7 +53,6 @@ TRAINER_STATE_NAME = "trainer_state.json"
 INCOMPLETE_SENTINEL_NAME = "checkpoint-is-incomplete.txt"
 
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-_ROTATED_RE = re.compile(rf"^{re.escape(ROTATED_PREFIX)}{PREFIX_CHECKPOINT_DIR}-(\d+)-\d+$")
 logger = logging.getLogger(__name__)
 
 
@@ -262,9 +261,9 @@ def _rotated_checkpoints(output_dir: str) -> list[tuple[int, str]]:
     """(step, path) of the folders a rotation set aside (``.rotated-checkpoint-N-pid``) and a crash left."""
     found = []
     for name in os.listdir(output_dir) if os.path.isdir(output_dir) else []:
-        match = _ROTATED_RE.match(name)
+        match = ROTATED_NAME.match(name)
         if match and os.path.isdir(os.path.join(output_dir, name)):
-            found.append((int(match.group(1)), os.path.join(output_dir, name)))
+            found.append((int(match.group(2)), os.path.join(output_dir, name)))
     return found
 
 

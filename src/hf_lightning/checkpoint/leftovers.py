@@ -27,6 +27,8 @@ import os
 import re
 import shutil
 
+from hf_lightning.checkpoint.durability import ROTATED_NAME
+
 __all__ = ["LOCK_NAME", "TEMPORARY_PATTERNS", "find_leftovers", "remove_leftovers"]
 
 LOCK_NAME = ".hf-lightning.lock"
@@ -43,7 +45,6 @@ TEMPORARY_PATTERNS = (
 _FOLDERS = re.compile(
     r"^(\.tmp-checkpoint-\d+|\.old-checkpoint-\d+-\d+|\.trash-.+-\d+|\.rotated-checkpoint-\d+-\d+)$"
 )
-_ROTATED = re.compile(r"^\.rotated-(checkpoint-\d+)-\d+$")
 _FILES = re.compile(r"^.+\.tmp-\d+$")
 _CHECKPOINT = re.compile(r"^checkpoint-\d+$")
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def find_leftovers(output_dir: str | os.PathLike[str]) -> list[str]:
 
 
 def _remove(path: str) -> None:
-    rotated = _ROTATED.match(os.path.basename(path))
+    rotated = ROTATED_NAME.match(os.path.basename(path))
     original = os.path.join(os.path.dirname(path), rotated.group(1)) if rotated else None
     if original is not None and not os.path.islink(path) and not os.path.lexists(original):
         os.replace(path, original)  # an interrupted rotation is undone: the next save's rotation redoes it

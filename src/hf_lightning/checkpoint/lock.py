@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from hf_lightning.checkpoint.durability import wait_for_durability
 from hf_lightning.checkpoint.leftovers import LOCK_NAME, remove_leftovers
 
 try:  # POSIX
@@ -197,6 +198,7 @@ def claim_output_dir(folder: str | os.PathLike[str], *, lock: bool, clean: bool)
         _HELD[key] = held = [new, 1]
     try:
         if clean:
+            wait_for_durability()  # a train() that raised may have left its last flush running
             remove_leftovers(folder)
         yield
     finally:

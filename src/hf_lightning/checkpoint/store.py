@@ -21,10 +21,11 @@ refuses transformers' pickled object with a :class:`CheckpointError`.
 
 Beyond transformers, a save is crash-safe: everything is written into the hidden sibling
 ``.tmp-checkpoint-{N}`` that holds ``checkpoint-is-incomplete.txt`` while it is written; the files are
-hashed into a manifest, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step;
-the flush to stable storage follows behind (:mod:`hf_lightning.checkpoint.durability`: the next save waits
-for it, rotation deletes nothing before it). A save killed at any point leaves either no
-``checkpoint-{N}`` or a complete one; a power loss may damage the newest, which resume then skips. Loading never unpickles arbitrary
+hashed into a manifest and flushed to stable storage, the sentinel removed, and the folder renamed to
+``checkpoint-{N}`` in one step. With ``HF_LIGHTNING_DEFERRED_DURABILITY=1`` the flush follows the rename
+instead (:mod:`hf_lightning.checkpoint.durability`: the next save waits for it, rotation deletes nothing
+before it; a power loss may then damage the newest, which resume skips). A save killed at any point leaves
+either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
 objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
 :class:`CheckpointError` naming it.
 
@@ -53,9 +54,10 @@ from typing import Any
 import torch
 
 from hf_lightning.checkpoint.durability import (
-    ROTATED_PREFIX,
+    FULL_DISK_ADVICE,
     defer_durability,
     durability_deferred,
+    rotated_path,
     set_aside_renamed,
     wait_for_durability,
 )
@@ -237,7 +239,7 @@ def _publish(staging: str, final: str, sealer: FolderSealer | None = None, defer
     if os.path.lexists(final):
         # Two renames: a crash between them leaves no checkpoint-N (never a mixed one), and resuming
         # falls back to the previous step. The old copy is then deleted like rotation deletes folders.
-        previous = os.path.join(parent, f"{ROTATED_PREFIX if deferred else '.old-'}{name}-{os.getpid()}")
+        previous = rotated_path(final) if deferred else os.path.join(parent, f".old-{name}-{os.getpid()}")
         os.replace(final, previous)
     os.replace(staging, final)
     if deferred:
@@ -312,7 +314,7 @@ def save_checkpoint(
         sharded_writer=sharded_writer)  # fmt: skip
     # a failed save leaves no staging folder (it would hold the disk space a full disk needs back)
     discard = (lambda: shutil.rmtree(staging, ignore_errors=True)) if is_main_process else None
-    with disk_full_reported(final, "checkpoint", _FULL_DISK_ADVICE, discard=discard):
+    with disk_full_reported(final, "checkpoint", FULL_DISK_ADVICE, discard=discard):
         _stage_and_publish(staging, final, global_step, main_files if is_main_process else None,
             rank=None if save_only_model else (process_index, world_size), barrier=barrier,
             sharded_writer=sharded_writer, defer=defer)  # fmt: skip
@@ -367,15 +369,9 @@ def _write_and_publish_reported(staging: str, final: str, options: dict[str, Any
     """:func:`_write_and_publish` behind the training (background saving): a full disk is reported as the
     synchronous save reports it, and the staging folder is removed on any failure."""
     with disk_full_reported(
-        final, "checkpoint", _FULL_DISK_ADVICE, discard=lambda: shutil.rmtree(staging, ignore_errors=True)
+        final, "checkpoint", FULL_DISK_ADVICE, discard=lambda: shutil.rmtree(staging, ignore_errors=True)
     ):
         return _write_and_publish(staging, final, options)
-
-
-_FULL_DISK_ADVICE = (
-    "Nothing of this save is left on disk and the checkpoints written before are intact: free some space "
-    "(or lower `save_total_limit`), then resume with `train(resume_from_checkpoint=True)`."
-)
 
 
 def _call(barrier: Callable[[], None] | None) -> None:

@@ -1,9 +1,12 @@
 """The plan's step, data and evaluation groups: what ``HFModule``, the data loaders and the evaluation
 engine read (and the facade with them, through ``Trainer.plan``).
 
-Each group is a frozen dataclass of plain values, built from ``TrainingArguments`` by one pure function
+Each group is a frozen dataclass of values, built from ``TrainingArguments`` by one pure function
 of ``hf_lightning.args.translate`` (``module_settings``, ``data_settings``, ``eval_settings``); its
-``build_plan`` and the engine's ``to_lightning`` put them in their plans. The consumers read only these values, never the arguments.
+``build_plan`` and the engine's ``to_lightning`` put them in their plans. The consumers read only these
+values, never the arguments: where a rule needs them whole (transformers' optimizer of ``args.optim``,
+DeepSpeed's ``"auto"`` filling), the group holds a callable made from them when the plan was built
+(``OptimizerFactory``, ``DeepSpeedSettings.filler``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ import inspect
 import warnings
 from typing import Any
 
-from hf_lightning.args.deepspeed_config import zero_stage_of
 from hf_lightning.args.trainer_checks import check_output_dir, check_sharding_arguments
 from hf_lightning.loss import LabelSmoother
 
@@ -53,7 +52,7 @@ def check_trainer_arguments(trainer: Any) -> None:
             "You should subclass `Trainer` and override the `create_optimizer_and_scheduler` method."
         )
     given_optimizers = optimizer is not None or lr_scheduler is not None
-    check_sharding_arguments(args, given_optimizers=given_optimizers, zero_stage=zero_stage_of)
+    check_sharding_arguments(args, given_optimizers=given_optimizers)
     check_output_dir(args)
 
 

@@ -42,11 +42,9 @@ class OptimizerSetup:
         t = self.trainer
         if t.optimizer is None:
             target = model if model is not None else t.model
-            deepspeed = trainer_deepspeed_settings(
-                t.args
-            )  # a DeepSpeed `optimizer` section, as DeepSpeed builds it
-            section = ENGINE.section_optimizer(deepspeed, target) if deepspeed is not None else None
-            t.optimizer = section or _optim.create_optimizer(target, t.args, t.optimizer_cls_and_kwargs)
+            # a DeepSpeed `optimizer` section, as DeepSpeed builds it; else the plan's rule (args.optim)
+            section = ENGINE.section_optimizer(trainer_deepspeed_settings(t.args), target)
+            t.optimizer = section or _optim.OptimizerFactory(t.args, t.optimizer_cls_and_kwargs)(target)
         return t.optimizer
 
     def create_scheduler(
@@ -58,11 +56,7 @@ class OptimizerSetup:
         if t.lr_scheduler is None:
             optimizer = t.optimizer if optimizer is None else optimizer
             deepspeed = trainer_deepspeed_settings(t.args)
-            section = (
-                ENGINE.section_scheduler(deepspeed, optimizer, num_training_steps, t.model)
-                if deepspeed
-                else None
-            )
+            section = ENGINE.section_scheduler(deepspeed, optimizer, num_training_steps, t.model)
             t.lr_scheduler = section or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers
                     t.plan.module.lr_scheduler_type,
