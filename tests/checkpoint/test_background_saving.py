@@ -22,7 +22,7 @@ import torch
 import hf_lightning
 from hf_lightning.callbacks.background_checkpointing import BackgroundCheckpointing
 from hf_lightning.checkpoint import INCOMPLETE_SENTINEL_NAME, DiskFullError, is_checkpoint_complete
-from hf_lightning.checkpoint.background import BackgroundSaver, host_copy
+from hf_lightning.checkpoint.background import BackgroundSaver, host_copy, snapshot_save_options
 from hf_lightning.trainer_utils import get_last_checkpoint
 from tests._ddp import run_ranks
 from tests.checkpoint.test_crash_safety import make_trainer
@@ -87,6 +87,49 @@ def test_host_copy_keeps_aliases_and_is_not_the_live_state():
     base.add_(100)
     assert copied["a"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and copied["view"].tolist() == [2.0, 3.0]
     assert type(copied) is OrderedDict and copied._metadata == {"": {"version": 1}}
+
+
+def test_a_snapshot_is_copied_into_the_previous_snapshots_buffers():
+    """The second snapshot writes the state into the first one's host memory (same addresses), with the new
+    values and its aliases; a storage that changed size gets new memory, one no longer saved is freed."""
+    weight, grown = torch.arange(4.0), torch.zeros(2)
+    buffers: dict = {}
+    first = snapshot_save_options(
+        {}, {"w": weight, "tied": weight, "grown": grown, "gone": torch.ones(3)}, buffers
+    )
+    kept = first["model_state_dict"]["w"].untyped_storage().data_ptr()
+    weight.add_(10)
+    grown = torch.zeros(5)
+    second = snapshot_save_options({}, {"w": weight, "tied": weight, "grown": grown}, buffers)[
+        "model_state_dict"
+    ]
+    assert second["w"].untyped_storage().data_ptr() == kept
+    assert second["w"].tolist() == [10.0, 11.0, 12.0, 13.0]
+    assert second["tied"].untyped_storage().data_ptr() == kept
+    assert second["w"].untyped_storage().data_ptr() != weight.untyped_storage().data_ptr()
+    assert second["grown"].tolist() == [0.0] * 5
+    assert len(buffers) == 2  # w and the new grown: the copy of "gone" (and the old grown) is no longer held
+
+
+def test_the_host_copy_is_kept_between_saves_and_freed_at_the_end_of_train(tmp_path):
+    """Each background save copies into the last one's buffers; train()'s end frees them."""
+    background = BackgroundCheckpointing()
+    sizes = []
+    real = snapshot_save_options
+
+    def spy(options, state_dict, buffers=None):
+        sizes.append(len(buffers or {}))
+        return real(options, state_dict, buffers)
+
+    import hf_lightning.checkpoint.background as module
+
+    module.snapshot_save_options, restore = spy, module.snapshot_save_options
+    try:
+        gpt2_trainer(str(tmp_path / "out"), [background]).train()
+    finally:
+        module.snapshot_save_options = restore
+    assert sizes[0] == 0 and sizes[1] > 0  # the second save found the first one's copy
+    assert background.saver.buffers == {}
 
 
 @pytest.mark.parametrize("limit", [None, 1])

@@ -22,8 +22,9 @@ __all__ = ["BackgroundCheckpointing", "background_saver"]
 class BackgroundCheckpointing(TrainerCallback):
     """Write checkpoints in the background: ``Trainer(..., callbacks=[BackgroundCheckpointing()])``.
 
-    While a save is in flight the process holds one more copy of the checkpoint (weights and optimizer
-    state) in host memory. Errors of the background save are raised in the training process.
+    From the first save to the end of ``train()`` the process holds one more copy of the checkpoint (weights
+    and optimizer state) in host memory, which each save writes over. Errors of the background save are
+    raised in the training process.
     """
 
     def __init__(self) -> None:
@@ -34,8 +35,9 @@ class BackgroundCheckpointing(TrainerCallback):
         self.saver.poll()
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """Every save of the run has ended (the Trainer already waited, before loading the best model)."""
-        self.saver.wait()
+        """Every save of the run has ended (the Trainer already waited, before loading the best model); the
+        host copy of the state is freed."""
+        self.saver.release()
 
 
 def background_saver(callbacks: list[Any]) -> BackgroundSaver | None:
