@@ -58,9 +58,8 @@ def _copy_tensor(tensor: torch.Tensor, storages: Storages, spare: Storages) -> t
     key = (source.device, source.data_ptr(), source.nbytes())
     copied = storages.get(key)
     if copied is None:
-        reused = spare.pop(
-            key, None
-        )  # the previous snapshot's buffer of this storage: no new pages to fault in
+        # the previous snapshot's buffer of this storage: no new pages to fault in
+        reused = spare.pop(key, None)
         if reused is not None:
             copied = reused.copy_(source)
         else:
