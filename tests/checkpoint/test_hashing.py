@@ -9,6 +9,7 @@ import json
 import os
 
 import torch
+import xxhash
 
 from hf_lightning.checkpoint import save_checkpoint
 from hf_lightning.checkpoint.hashing import ALGORITHM, HashingWriter, file_entry
@@ -46,6 +47,45 @@ def test_torch_save_through_the_hashing_writer_writes_the_same_bytes_and_their_d
     assert path.read_bytes() == plain.getvalue()
     assert writer.entry() == file_entry(str(path))
     assert writer.entry()["size"] == len(plain.getvalue())
+
+
+def test_large_blocks_hashed_beside_their_writing_give_the_file_digest(tmp_path):
+    """Blocks of 1 MiB or more are hashed on the hashing thread while they are written: same bytes, and the
+    digest of the whole file in order, also when small and large writes alternate."""
+    g = torch.Generator().manual_seed(0)
+    state = {f"t{i}": torch.randn(n, generator=g) for i, n in enumerate((5, 600_000, 3, 300_000, 1_000_000))}
+    plain = io.BytesIO()
+    torch.save(state, plain)
+    path = tmp_path / "big.pt"
+    with open(path, "wb") as handle:
+        writer = HashingWriter(handle)
+        torch.save(state, writer)
+        writer.write(b"tail")  # one more small write after the large ones
+        writer.flush()
+    assert path.read_bytes() == plain.getvalue() + b"tail"
+    assert writer.entry() == file_entry(str(path))
+
+
+def test_a_large_write_that_fails_leaves_no_hash_running(tmp_path):
+    """A write error is raised, and the hash of that block has ended (its buffer may be freed next)."""
+
+    class Full(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    writer = HashingWriter(Full())
+    block = bytearray(2 * 1024 * 1024)
+    try:
+        writer.write(block)
+    except OSError as exc:
+        assert exc.errno == 28
+    else:
+        raise AssertionError("the write error was not raised")
+    assert writer.size == 0
+    assert writer.entry()[ALGORITHM] == xxhash.xxh3_128(bytes(block)).hexdigest()  # its hash had ended
 
 
 def test_a_new_manifest_records_xxh3_128_taken_while_writing_equal_to_a_read_back(tmp_path):

@@ -25,7 +25,9 @@ are hashed by :func:`file_entry` in one read, right after they were written, fro
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from hf_lightning.checkpoint.io import CheckpointError
@@ -39,6 +41,18 @@ __all__ = [
 ]
 
 _CHUNK = 4 * 1024 * 1024
+_PARALLEL_HASH_BYTES = 1024 * 1024  # smaller writes (zip headers, pickles) are hashed inline
+_HASHER: ThreadPoolExecutor | None = None
+_HASHER_LOCK = threading.Lock()
+
+
+def _hash_thread() -> ThreadPoolExecutor:
+    """The one thread that hashes large blocks beside their writing (started at first use)."""
+    global _HASHER
+    with _HASHER_LOCK:
+        if _HASHER is None:
+            _HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-lightning-hash")
+        return _HASHER
 
 
 def _xxh3_128() -> Any:
@@ -111,10 +125,19 @@ class HashingWriter:
         self._on_progress = on_progress
 
     def write(self, data: Any) -> int:
-        """Hash ``data``, then write it all to the wrapped file."""
+        """Hash ``data`` and write it all to the wrapped file; a large block is hashed on another thread while
+        this one writes it (both release the GIL), and both end before this returns (``data`` may be a
+        buffer its caller frees next: torch's copy of a GPU tensor)."""
         view = memoryview(data).cast("B")
-        self._digest.update(view)
-        self.handle.write(view)
+        if len(view) >= _PARALLEL_HASH_BYTES:
+            hashed = _hash_thread().submit(self._digest.update, view)
+            try:
+                self.handle.write(view)
+            finally:
+                hashed.result()
+        else:
+            self._digest.update(view)
+            self.handle.write(view)
         self.size += len(view)
         if self._on_progress is not None:
             self._on_progress(self.size)

@@ -198,24 +198,30 @@ def torch_save(obj: Any, path: str) -> None:
         os.fsync(handle.fileno())
 
 
-def atomic_write_bytes(path: str, write: Callable[[Any], None]) -> None:
-    """Write ``path`` through ``write(handle)`` into a sibling temporary file, fsync it, then rename it over."""
+def atomic_write_bytes(path: str, write: Callable[[Any], None], *, durable: bool = True) -> None:
+    """Write ``path`` through ``write(handle)`` into a sibling temporary file, fsync it, then rename it over.
+
+    ``durable=False`` leaves out the two fsyncs, for a file whose folder is flushed as a whole later (a
+    checkpoint's staging folder: ``checkpoint/store.py``); the rename still keeps readers from a partial file.
+    """
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with open(tmp, "wb") as handle:
             write(handle)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    fsync_dir(os.path.dirname(path) or ".")
+    if durable:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
-def atomic_torch_save(obj: Any, path: str) -> None:
+def atomic_torch_save(obj: Any, path: str, *, durable: bool = True) -> None:
     """``torch.save(obj)`` to ``path`` so that readers see either the old file or the whole new one."""
-    atomic_write_bytes(path, lambda handle: torch.save(obj, handle))
+    atomic_write_bytes(path, lambda handle: torch.save(obj, handle), durable=durable)
 
 
 def fsync_dir(folder: str) -> None:

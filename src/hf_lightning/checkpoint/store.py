@@ -21,10 +21,10 @@ refuses transformers' pickled object with a :class:`CheckpointError`.
 
 Beyond transformers, a save is crash-safe: everything is written into the hidden sibling
 ``.tmp-checkpoint-{N}`` that holds ``checkpoint-is-incomplete.txt`` while it is written; the files are
-hashed into a manifest and flushed to stable storage, the sentinel removed, and the folder renamed to
-``checkpoint-{N}`` in one step. With ``HF_LIGHTNING_DEFERRED_DURABILITY=1`` the flush follows the rename
-instead (:mod:`hf_lightning.checkpoint.durability`: the next save waits for it, rotation deletes nothing
-before it; a power loss may then damage the newest, which resume skips). A save killed at any point leaves
+hashed into a manifest, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step; its
+flush to stable storage follows the rename (:mod:`hf_lightning.checkpoint.durability`: the next save waits
+for it, rotation deletes nothing before it; a power loss may then damage the newest, which resume skips),
+or precedes it with ``HF_LIGHTNING_DEFERRED_DURABILITY=0``. A save killed at any point leaves
 either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
 objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
 :class:`CheckpointError` naming it.
@@ -173,11 +173,13 @@ def write_rank_files(
     world_size: int = 1,
     *,
     rng_state: dict[str, Any] | None = None,
+    durable: bool = True,
 ) -> str:
     """Write this process's own files (its RNG state) into ``folder``; returns the file written.
 
     ``folder`` must exist (the main process creates it, see :func:`save_checkpoint`). The file is replaced
-    atomically, so a rank killed here leaves the previous file or none, never a truncated one.
+    atomically, so a rank killed here leaves the previous file or none, never a truncated one; it is on
+    stable storage on return unless ``durable=False`` (a staging folder, which its publication flushes).
     """
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
@@ -188,7 +190,7 @@ def write_rank_files(
         )
     state = rng_state if rng_state is not None else capture_rng_state(distributed=world_size > 1)
     path = os.path.join(folder, rng_state_file_name(process_index, world_size))
-    atomic_torch_save(state, path)
+    atomic_torch_save(state, path, durable=durable)
     return path
 
 
@@ -342,8 +344,8 @@ def _stage_and_publish(
     _call(barrier)
     if sharded_writer is not None:
         sharded_writer(staging)
-    if rank is not None:
-        write_rank_files(staging, *rank)
+    if rank is not None:  # flushed with the folder: the main process's sealer, or the durability thread
+        write_rank_files(staging, *rank, durable=False)
     _call(barrier)  # every rank's own files are in the staging folder
     if main_files is None:
         return
