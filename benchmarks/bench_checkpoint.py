@@ -6,8 +6,10 @@ batches of 2 × 32 tokens, ``save_steps`` steps between saves, ``--saves`` saves
 fresh process; a round runs, in a random order:
 
 - ``transformers``: transformers.Trainer, saving (synchronously, as it always does);
-- ``hf_lightning``: hf_lightning.Trainer, saving synchronously (crash-safe: staging folder, checksums,
-  fsync, rename);
+- ``hf_lightning``: hf_lightning.Trainer, saving synchronously (crash-safe: staging folder, checksums
+  taken while writing, rename; the flush to disk follows behind: deferred durability, the default);
+- ``hf_lightning durable``: the same with ``HF_LIGHTNING_DEFERRED_DURABILITY=0`` (every file flushed before
+  the rename; no resume is timed for it: its files are the same);
 - ``hf_lightning background``: the same with ``callbacks=[BackgroundCheckpointing()]``;
 - ``... no save``: each library with ``save_strategy="no"`` (the run time that saving adds is measured
   against it);
@@ -55,6 +57,7 @@ MARK = "@@bench "
 RUNS = {
     "transformers": ("transformers", "save"),
     "hf_lightning": ("hf_lightning", "save"),
+    "hf_lightning durable": ("hf_lightning", "durable"),
     "hf_lightning background": ("hf_lightning", "background"),
     "transformers no save": ("transformers", "none"),
     "hf_lightning no save": ("hf_lightning", "none"),
@@ -114,6 +117,7 @@ def _peak_rss_mib() -> float:
 
 def serve_save(library: str, mode: str, size: str, out: str, saves: int, save_steps: int) -> None:
     """Child: train ``saves * save_steps`` steps, timing every ``_save_checkpoint`` call."""
+    os.environ["HF_LIGHTNING_DEFERRED_DURABILITY"] = "0" if mode == "durable" else "1"
     trainer, _ = _trainer(library, size, out, saves * save_steps, save_steps, mode)
     seconds: list[float] = []
     original = trainer._save_checkpoint
@@ -208,12 +212,14 @@ def _later_saves(result: dict) -> float:
 def summarize(rounds: list[dict[str, dict]], saves: int) -> list[str]:
     """Table rows: medians over rounds and medians of the per-round ratios to transformers."""
     rows = []
-    for name in ("transformers", "hf_lightning", "hf_lightning background"):
+    for name in ("transformers", "hf_lightning", "hf_lightning durable", "hf_lightning background"):
+        if name not in rounds[0]:
+            continue
         library = RUNS[name][0]
         save = [_later_saves(r[name]) for r in rounds]
         first = [r[name]["saves"][0] for r in rounds]
         added = [(r[name]["run"] - r[f"{library} no save"]["run"]) / saves for r in rounds]
-        resume = [r[name]["resume"] for r in rounds]
+        resume = [r[name].get("resume", float("nan")) for r in rounds]
 
         def ratio(values: list[float], of: str) -> float:
             theirs = {"save": [_later_saves(r["transformers"]) for r in rounds],
@@ -227,7 +233,7 @@ def summarize(rounds: list[dict[str, dict]], saves: int) -> list[str]:
             f"{statistics.median(first):.2f} | {statistics.median(added):.2f} | {ratio(added, 'added'):.2f}x | "
             f"{statistics.median(resume):.2f} | {ratio(resume, 'resume'):.2f}x | "
             f"{statistics.median(r[name]['rss'] for r in rounds):.0f} | "
-            f"{statistics.median(r[name]['resume_rss'] for r in rounds):.0f} |"
+            f"{statistics.median(r[name].get('resume_rss', float('nan')) for r in rounds):.0f} |"
         )
     return rows
 

@@ -90,8 +90,7 @@ def run(out: str, kill_at: int, when: str, count_file: str, deferred: bool = Fal
     """Train into ``out`` with the kill point installed (see the module docstring)."""
     import torch
 
-    if deferred:
-        os.environ["HF_LIGHTNING_DEFERRED_DURABILITY"] = "1"
+    os.environ["HF_LIGHTNING_DEFERRED_DURABILITY"] = "1" if deferred else "0"
 
     torch.set_num_threads(1)
     from tests.checkpoint.test_crash_safety import make_trainer

@@ -360,11 +360,11 @@ def test_leftover_staging_folder_is_cleared_by_the_next_save(tmp_path):
 
 @pytest.mark.parametrize("deferred", [False, True], ids=["durable", "deferred-durability"])
 def test_crash_between_the_two_renames_leaves_no_mixed_checkpoint(tmp_path, monkeypatch, deferred):
-    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed. By
-    default the resume search falls back to the step before; with deferred durability the old complete copy
-    was only set aside (``.rotated-``), and the search gives it its name back."""
-    if deferred:
-        monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "1")
+    """If a replacing save dies after moving the old folder away, checkpoint-N is absent, not mixed. With
+    durable saves (``HF_LIGHTNING_DEFERRED_DURABILITY=0``) the resume search falls back to the step before;
+    with deferred durability (the default) the old complete copy was only set aside (``.rotated-``), and the
+    search gives it its name back."""
+    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "1" if deferred else "0")
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)
     first_copy = safetensors.torch.load_file(

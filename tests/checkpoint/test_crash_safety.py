@@ -254,12 +254,11 @@ def _kill_and_restart(kill_points, hub_server, kill_at: int, when: str) -> None:
 
 @contextlib.contextmanager
 def _deferred_durability(on: bool):
-    """``HF_LIGHTNING_DEFERRED_DURABILITY=1`` while the block runs when ``on`` (a hypothesis example cannot
-    take the function-scoped ``monkeypatch``)."""
+    """``HF_LIGHTNING_DEFERRED_DURABILITY=1`` (``on``) or ``0`` while the block runs (a hypothesis example
+    cannot take the function-scoped ``monkeypatch``)."""
     name = "HF_LIGHTNING_DEFERRED_DURABILITY"
     before = os.environ.get(name)
-    if on:
-        os.environ[name] = "1"
+    os.environ[name] = "1" if on else "0"
     try:
         yield
     finally:

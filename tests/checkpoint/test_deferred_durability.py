@@ -34,8 +34,9 @@ def hidden(out) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def deferred(monkeypatch):
-    """Deferred durability is opt-in: every test here turns it on, but the one of the default."""
-    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "1")
+    """Deferred durability is the default: every test here runs with the variable unset, but those of the
+    durable save (``HF_LIGHTNING_DEFERRED_DURABILITY=0``) and of its spellings."""
+    monkeypatch.delenv("HF_LIGHTNING_DEFERRED_DURABILITY", raising=False)
 
 
 @pytest.fixture
@@ -142,9 +143,9 @@ def test_a_set_aside_folder_left_by_a_kill_gets_its_name_back(tmp_path):
     assert os.listdir(out) == ["checkpoint-1"]
 
 
-def test_the_default_is_durable_before_the_save_returns(tmp_path, monkeypatch, held_flush):
-    """By default (HF_LIGHTNING_DEFERRED_DURABILITY unset) nothing is left to flush behind; rotation deletes at once."""
-    monkeypatch.delenv("HF_LIGHTNING_DEFERRED_DURABILITY")
+def test_durable_saves_leave_nothing_to_flush_behind(tmp_path, monkeypatch, held_flush):
+    """With HF_LIGHTNING_DEFERRED_DURABILITY=0 nothing is left to flush behind; rotation deletes at once."""
+    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "0")
     out = tmp_path / "out"
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)
@@ -177,3 +178,22 @@ def test_a_failed_flush_is_raised_by_train(tmp_path, monkeypatch):
         make_trainer(str(tmp_path / "run"), save_total_limit=2).train()
     assert caught.value.errno == errno.EIO
     assert visible(tmp_path / "run") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "deferred"), [("", True), ("1", True), ("On", True), ("0", False), ("no", False)]
+)
+def test_the_variable_spellings(monkeypatch, value, deferred):
+    """Unset or on: the flush follows the save (the default); 0/false/no/off: a save returns once durable."""
+    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", value)
+    assert durability.durability_deferred() is deferred
+
+
+def test_a_value_neither_on_nor_off_is_refused_before_the_first_step(tmp_path, monkeypatch):
+    """train() raises at its start, naming the variable and its values; no step ran, nothing was written."""
+    monkeypatch.setenv("HF_LIGHTNING_DEFERRED_DURABILITY", "later")
+    trainer = make_trainer(str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"HF_LIGHTNING_DEFERRED_DURABILITY='later'.*use 0 .* or 1"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    assert not os.path.exists(tmp_path / "run") or visible(tmp_path / "run") == []

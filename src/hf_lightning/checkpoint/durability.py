@@ -28,8 +28,8 @@ Why this keeps the guarantee of a fully synchronous save:
 - a failed flush (``ENOSPC``, ``EIO``): the new folder is deleted (its pages may be lost), the set-aside
   folders get their names back, and the error is raised at the next wait, reported as a failed save is.
 
-Opt-in, with ``HF_LIGHTNING_DEFERRED_DURABILITY=1`` (docs/divergences.md). By default a save returns only once
-its checkpoint is on stable storage, as it always did: a machine that loses power loses nothing durable.
+On by default (docs/divergences.md). ``HF_LIGHTNING_DEFERRED_DURABILITY=0`` makes a save return only once its
+checkpoint is on stable storage, so that a machine that loses power right after a save still has it.
 """
 
 from __future__ import annotations
@@ -75,9 +75,22 @@ FULL_DISK_ADVICE = (  # what a save that fails for a full disk tells, here and i
 )
 
 
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def durability_deferred() -> bool:
-    """Whether a synchronous save leaves its flush to the background (``HF_LIGHTNING_DEFERRED_DURABILITY=1``)."""
-    return os.environ.get(_ENV, "").strip().lower() in ("1", "true", "yes")
+    """Whether a synchronous save leaves its flush to the background: yes unless
+    ``HF_LIGHTNING_DEFERRED_DURABILITY=0``; a value that is neither on nor off raises ``ValueError``."""
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise ValueError(
+        f"{_ENV}={os.environ[_ENV]!r} is not understood: use 0 (false, no, off) for a save that returns only "
+        "once its checkpoint is on stable storage, or 1 (true, yes, on; the default when unset) to flush "
+        "it behind the save."
+    )
 
 
 class _Pending:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from hf_lightning.checkpoint.durability import wait_for_durability
+from hf_lightning.checkpoint.durability import durability_deferred, wait_for_durability
 from hf_lightning.checkpoint.leftovers import LOCK_NAME, remove_leftovers
 
 try:  # POSIX
@@ -188,6 +188,7 @@ if hasattr(os, "register_at_fork"):
 def claim_output_dir(folder: str | os.PathLike[str], *, lock: bool, clean: bool) -> Iterator[None]:
     """For one ``train()``: hold the folder's lock (``lock``: the job's main process), then remove what
     interrupted saves left (``clean``: the process writing the checkpoints); release the lock at the end."""
+    durability_deferred()  # a bad HF_LIGHTNING_DEFERRED_DURABILITY is refused before the first step, not at a save
     key = os.path.realpath(os.fspath(folder))
     held = _HELD.get(key) if lock else None
     if held is not None:
