@@ -85,6 +85,89 @@ def test_rotation_hides_the_old_folder_until_the_new_one_is_durable(tmp_path, he
     assert os.listdir(out) == ["checkpoint-2"]
 
 
+def test_the_next_save_publishes_while_the_previous_flush_runs(tmp_path, held_flush):
+    """Two checkpoints may wait for the disk: the second save publishes with the first one's flush held."""
+    saved_checkpoint(tmp_path, step=1)
+    folder, _ = saved_checkpoint(tmp_path, step=2)
+    assert not held_flush.is_set() and is_checkpoint_complete(folder)
+    assert visible(tmp_path / "out") == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_the_save_after_next_waits_for_the_first_flush(tmp_path, held_flush):
+    """The disk is never two checkpoints behind: the third save is not published before the first flush."""
+    out = tmp_path / "out"
+    saved_checkpoint(tmp_path, step=1)
+    saved_checkpoint(tmp_path, step=2)
+    third = threading.Thread(target=saved_checkpoint, args=(tmp_path,), kwargs={"step": 3})
+    third.start()
+    third.join(timeout=2)
+    assert third.is_alive() and visible(out) == ["checkpoint-1", "checkpoint-2"]
+    held_flush.set()
+    third.join(timeout=60)
+    assert not third.is_alive() and visible(out) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+
+
+def test_flushes_end_in_publication_order(tmp_path, monkeypatch):
+    """The second checkpoint's flush starts only once the first one's has ended."""
+    order: list[str] = []
+    first_started, release = threading.Event(), threading.Event()
+    real = durability._flush_tree
+
+    def recorded(folder: str) -> None:
+        name = os.path.basename(folder)
+        order.append(f"start {name}")
+        if name == "checkpoint-1":
+            first_started.set()
+            assert release.wait(timeout=60)
+        real(folder)
+        order.append(f"end {name}")
+
+    monkeypatch.setattr(durability, "_flush_tree", recorded)
+    saved_checkpoint(tmp_path, step=1)
+    assert first_started.wait(timeout=60)
+    saved_checkpoint(tmp_path, step=2)
+    release.set()
+    wait_for_durability()
+    assert order == ["start checkpoint-1", "end checkpoint-1", "start checkpoint-2", "end checkpoint-2"]
+
+
+def test_a_folder_set_aside_behind_two_flushes_is_deleted_after_the_newest(tmp_path, held_flush):
+    """save_total_limit=1 with two flushes pending: checkpoint-1 is hidden, kept until checkpoint-2 is
+    durable (a power loss before that may damage both newer folders), then deleted."""
+    out = tmp_path / "out"
+    saved_checkpoint(tmp_path, step=1)
+    saved_checkpoint(tmp_path, step=2)
+    rotate_checkpoints(out, 1)
+    assert visible(out) == ["checkpoint-2"] and hidden(out) == [f".rotated-checkpoint-1-{os.getpid()}"]
+    held_flush.set()
+    wait_for_durability()
+    assert os.listdir(out) == ["checkpoint-2"]
+
+
+def test_a_failed_earlier_flush_is_undone_and_the_later_checkpoint_kept(tmp_path, monkeypatch):
+    """The flush of checkpoint-1 fails, checkpoint-2's succeeds: the wait raises the first error, removes
+    only checkpoint-1."""
+    release = threading.Event()
+    real = durability._flush_tree
+
+    def flush(folder: str) -> None:
+        if os.path.basename(folder) == "checkpoint-1":
+            assert release.wait(timeout=60)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(folder)
+
+    monkeypatch.setattr(durability, "_flush_tree", flush)
+    out = tmp_path / "out"
+    saved_checkpoint(tmp_path, step=1)
+    saved_checkpoint(tmp_path, step=2)
+    release.set()
+    with pytest.raises(OSError) as caught:
+        wait_for_durability()
+    assert caught.value.errno == errno.EIO
+    assert os.listdir(out) == ["checkpoint-2"]
+    assert find_resumable_checkpoint(out) == checkpoint_path(out, 2)
+
+
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
 def test_a_failed_flush_is_raised_at_the_next_save_and_undone(tmp_path, monkeypatch, code):
     """The flush of checkpoint-2 fails: the next save raises it (a full disk as DiskFullError naming the

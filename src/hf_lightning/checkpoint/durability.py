@@ -4,17 +4,22 @@ storage, and the deletions rotation asked for, complete behind it.
 A save writes, hashes and renames as before (:mod:`hf_lightning.checkpoint.store`); what it no longer waits
 for is the disk::
 
-    training thread                                      durability thread (one checkpoint at a time)
+    training thread                                      durability threads (in publication order)
     ---------------                                      ---------------------------------------------
     write + hash the files into .tmp-checkpoint-N
-    wait for the previous checkpoint's flush
-      (its error raised here, the staging removed)
+    wait for the flush of the checkpoint before the      (checkpoint-(N-1)'s flush may still run)
+      previous one, and for any flush that has ended
+      (an error raised here, the staging removed)
     manifest, drop the sentinel,
-      rename .tmp-checkpoint-N -> checkpoint-N           fsync every file of checkpoint-N, its folders
-    rotation: checkpoint-K -> .rotated-checkpoint-K-pid    and output_dir
-      (hidden: no `checkpoint-*` glob matches it)        then delete the .rotated-* folders
-    training goes on
-    next save / end of train() / resume / load-best / a checkpoint pushed: wait (its error raised)
+      rename .tmp-checkpoint-N -> checkpoint-N           once checkpoint-(N-1)'s flush has ended:
+    rotation: checkpoint-K -> .rotated-checkpoint-K-pid    fsync every file of checkpoint-N, its
+      (hidden: no `checkpoint-*` glob matches it)          folders and output_dir, then delete the
+    training goes on                                       .rotated-* folders set aside since N
+    end of train() / resume / load-best / a checkpoint pushed: wait for all (the first error raised)
+
+The disk is thus at most one checkpoint behind the one being published: a save waits for the disk only
+when saves come faster than the disk stores them, as transformers' saves do once the kernel's dirty-page
+limit is reached.
 
 Why this keeps the guarantee of a fully synchronous save:
 
@@ -23,8 +28,10 @@ Why this keeps the guarantee of a fully synchronous save:
   is put back under its name when the next ``train()`` takes the lock (``leftovers.remove_leftovers``), and
   the next save's rotation deletes it again.
 - a power loss before the flush ends may damage ``checkpoint-N``: its manifest (sizes and checksums) makes
-  the resume search skip it, and the folders rotation set aside are still on disk, because they are only
-  deleted once ``checkpoint-N`` is durable; the search considers them too (``folders.find_resumable_checkpoint``).
+  the resume search skip it (and ``checkpoint-(N-1)`` too, if its flush was still running), and the folders
+  rotation set aside are still on disk, because a folder set aside when ``checkpoint-N`` was published is
+  only deleted once ``checkpoint-N`` (and so every earlier one) is durable; the search considers them too
+  (``folders.find_resumable_checkpoint``).
 - a failed flush (``ENOSPC``, ``EIO``): the new folder is deleted (its pages may be lost), the set-aside
   folders get their names back, and the error is raised at the next wait, reported as a failed save is.
 
@@ -94,10 +101,15 @@ def durability_deferred() -> bool:
 
 
 class _Pending:
-    """The flush of one published checkpoint, and the folders waiting for it to be deleted."""
+    """The flush of one published checkpoint, and the folders waiting for it to be deleted.
 
-    def __init__(self, folder: str) -> None:
+    Flushes run in publication order: each one's thread first waits for the one before it, so a checkpoint
+    is durable only once every earlier one has been flushed (or has failed).
+    """
+
+    def __init__(self, folder: str, before: _Pending | None) -> None:
         self.folder = folder
+        self.before = before
         self.lock = threading.Lock()
         self.aside: list[tuple[str, str]] = []  # (hidden path, original path)
         self.durable = False
@@ -105,6 +117,9 @@ class _Pending:
         self.thread = threading.Thread(target=self._run, name="hf-lightning-durability", daemon=False)
 
     def _run(self) -> None:
+        if self.before is not None:
+            self.before.thread.join()
+            self.before = None  # a finished job is not kept alive by the next one
         try:
             _flush_tree(self.folder)
             fsync_dir(os.path.dirname(self.folder) or ".")
@@ -135,25 +150,25 @@ def _flush_tree(folder: str) -> None:
     fsync_tree(folder, missing_ok=True)
 
 
-_pending: _Pending | None = None
+_pending: list[_Pending] = []  # published, not yet waited for; oldest first
 _guard = threading.Lock()
 
 
 def defer_durability(folder: str) -> None:
-    """Flush the just published ``folder`` (files, folders, its parent) in the background."""
-    global _pending
-    job = _Pending(folder)
+    """Flush the just published ``folder`` (files, folders, its parent) in the background, after the
+    flushes already pending."""
     with _guard:
-        _pending = job
-    job.thread.start()
+        job = _Pending(folder, _pending[-1] if _pending else None)
+        _pending.append(job)
+        job.thread.start()  # under the guard: a job in the list has started
 
 
 def set_aside(path: str) -> bool:
-    """Hide ``path`` (a folder to delete) until the pending flush ended, then delete it behind.
+    """Hide ``path`` (a folder to delete) until the newest pending flush ended, then delete it behind.
 
     Returns False when no flush is pending: the caller deletes ``path`` itself.
     """
-    if _pending is None:
+    if not _pending:
         return False
     hidden = rotated_path(path)
     os.replace(path, hidden)
@@ -162,7 +177,8 @@ def set_aside(path: str) -> bool:
 
 def set_aside_renamed(hidden: str, original: str) -> bool:
     """As :func:`set_aside` for a folder already renamed from ``original`` to ``hidden``."""
-    job = _pending
+    with _guard:
+        job = _pending[-1] if _pending else None
     if job is None:
         shutil.rmtree(hidden, ignore_errors=True)
         return False
@@ -174,19 +190,34 @@ def set_aside_renamed(hidden: str, original: str) -> bool:
     return True
 
 
-def wait_for_durability() -> None:
-    """Wait for the pending flush; raise its error (a full disk as :class:`DiskFullError`) after undoing it."""
-    global _pending
+def wait_for_durability(*, behind: int = 0) -> None:
+    """Wait for the pending flushes, raise the first one's error (a full disk as :class:`DiskFullError`)
+    after undoing every failed one.
+
+    ``behind=1`` (a save about to publish) leaves the newest flush running unless it has already ended:
+    the disk may then be one checkpoint behind the one published next, never two.
+    """
     with _guard:
-        job, _pending = _pending, None
-    if job is None:
+        keep = len(_pending) if behind <= 0 else max(len(_pending) - behind, 0)
+        while keep < len(_pending) and not _pending[keep].thread.is_alive():
+            keep += 1  # an ended flush is collected now: its error is not left for later
+        jobs = _pending[:keep]
+        del _pending[:keep]
+    first: tuple[BaseException, BaseException] | None = None  # (what is raised, its cause)
+    for job in jobs:
+        job.thread.join()
+        if job.error is None:
+            continue
+        # a full disk is measured before the folder is deleted
+        full = disk_full_error(job.error, job.folder, "checkpoint", FULL_DISK_ADVICE)
+        job.undo()
+        if full is not None:
+            full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words
+        if first is None:
+            first = (full if full is not None else job.error, job.error)
+    if first is None:
         return
-    job.thread.join()
-    if job.error is None:
-        return
-    full = disk_full_error(job.error, job.folder, "checkpoint", FULL_DISK_ADVICE)  # measured before deleting
-    job.undo()
-    if full is not None:
-        full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words
-        raise full from job.error
-    raise job.error
+    raised, cause = first
+    if raised is cause:
+        raise raised
+    raise raised from cause

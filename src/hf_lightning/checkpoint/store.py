@@ -22,8 +22,9 @@ refuses transformers' pickled object with a :class:`CheckpointError`.
 Beyond transformers, a save is crash-safe: everything is written into the hidden sibling
 ``.tmp-checkpoint-{N}`` that holds ``checkpoint-is-incomplete.txt`` while it is written; the files are
 hashed into a manifest, the sentinel removed, and the folder renamed to ``checkpoint-{N}`` in one step; its
-flush to stable storage follows the rename (:mod:`hf_lightning.checkpoint.durability`: the next save waits
-for it, rotation deletes nothing before it; a power loss may then damage the newest, which resume skips),
+flush to stable storage follows the rename (:mod:`hf_lightning.checkpoint.durability`: the save after next
+waits for it, rotation deletes nothing before it; a power loss may then damage the newest, which resume
+skips),
 or precedes it with ``HF_LIGHTNING_DEFERRED_DURABILITY=0``. A save killed at any point leaves
 either no ``checkpoint-{N}`` or a complete one. Loading never unpickles arbitrary
 objects (safetensors, ``torch.load(weights_only=True)``); a damaged or unsafe file raises
@@ -229,7 +230,8 @@ def _publish(staging: str, final: str, sealer: FolderSealer | None = None, defer
     """Record the checksums, drop the sentinel, rename ``staging`` to ``final``: durable before the rename,
     or (``deferred``) flushed behind it, see :mod:`hf_lightning.checkpoint.durability`."""
     entries = sealer.finish() if sealer is not None else None  # hashed (flushed unless deferred)
-    wait_for_durability()  # the previous checkpoint is on disk (its flush's error raised) before this shows
+    # deferred: the disk at most one checkpoint behind this one (durability.py); durable: none behind
+    wait_for_durability(behind=1 if deferred else 0)
     write_manifest(staging, entries)  # checkpoint/verify.py: lets a resume detect a damaged file
     if not deferred:
         fsync_tree(staging)  # the manifest and the folders (the sealed files are on disk already)
