@@ -7,9 +7,10 @@ the Python layer on a path inside ``OUT`` counted (creating, writing, renaming, 
 after (``after``) operation number ``KILL_AT``. ``KILL_AT=0`` kills nothing and writes the number of
 operations of the whole run to ``COUNT_FILE``.
 
-Only the main thread's operations are counted: a thread of the library (deferred durability's flush, which
-deletes the folders rotation set aside) runs its operations uncounted, interleaved with the main thread's as
-the scheduler decides, so that operation ``KILL_AT`` is the same one in the counting run and in the killed
+Only the operations of the main thread and of the thread writing the model's files beside the optimizer's
+(``hf-lightning-save-model``, whose operations are the same in every run) are counted: another thread of
+the library (deferred durability's flush, which deletes the folders rotation set aside as timing decides)
+runs its operations uncounted, so that the run has as many operations in the counting run as in the killed
 run. The kill still stops that thread wherever it has got to. ``DEFERRED=1`` (or ``deferred=True``) trains
 with ``HF_LIGHTNING_DEFERRED_DURABILITY=1``.
 """
@@ -28,6 +29,7 @@ from typing import Any
 import safetensors.torch
 
 _state = threading.local()
+_count_lock = threading.Lock()
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -41,6 +43,11 @@ def _inside(path: Any, root: str) -> bool:
     return os.path.abspath(path).startswith(root + os.sep) or os.path.abspath(path) == root
 
 
+def _counted_thread() -> bool:
+    thread = threading.current_thread()
+    return thread is threading.main_thread() or thread.name.startswith("hf-lightning-save-model")
+
+
 def install(root: str, kill_at: int, when: str) -> list[int]:
     """Wrap the file operations; returns the one-element list counting them."""
     root = os.path.abspath(root)
@@ -51,21 +58,23 @@ def install(root: str, kill_at: int, when: str) -> list[int]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             skip = (
                 getattr(_state, "inside", False)
-                or threading.current_thread() is not threading.main_thread()
+                or not _counted_thread()
                 or len(args) <= path_at
                 or not _inside(args[path_at], root)
             )
             if skip or not writes(*args, **kwargs):
                 return function(*args, **kwargs)
-            count[0] += 1
-            if count[0] == kill_at and when == "before":
+            with _count_lock:
+                count[0] += 1
+                number = count[0]
+            if number == kill_at and when == "before":
                 os.kill(os.getpid(), signal.SIGKILL)
             _state.inside = True
             try:
                 result = function(*args, **kwargs)
             finally:
                 _state.inside = False
-            if count[0] == kill_at:
+            if number == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
             return result
 

@@ -97,10 +97,12 @@ class FolderSealer:
         self.durable = durable  # False: hashed only, flushed later (checkpoint/durability.py)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hf-lightning-seal")
         self._entries: dict[str, Future[dict[str, Any]]] = {}
+        self._claimed: set[str] = set()  # files write() creates, sealed by write() itself
 
     def write(self, name: str, write: Callable[[Any], None]) -> None:
         """Write ``folder/name`` through ``write(file)``, hashing the bytes on their way; flushed behind."""
         path = os.path.join(self.folder, name)
+        self._claimed.add(name)  # before the file exists: seal_new_files (another thread) leaves it alone
         with open(path, "wb") as handle:
             writeback = _EarlyWriteback(handle, self._pool) if self.durable else None
             writer = HashingWriter(handle, self.algorithm, on_progress=writeback)
@@ -119,9 +121,10 @@ class FolderSealer:
 
     def seal_new_files(self) -> None:
         """Hash and flush, in the background, the files written since the last call by this process's own
-        code (other ranks' RNG files and any sub-folder wait for :meth:`finish`)."""
+        code (other ranks' RNG files and any sub-folder wait for :meth:`finish`). It may run in another
+        thread than :meth:`write`, whose files it leaves to it."""
         for rel in listed_files(self.folder):
-            if rel in self._entries or "/" in rel or _OTHER_WRITERS.fullmatch(rel):
+            if rel in self._entries or rel in self._claimed or "/" in rel or _OTHER_WRITERS.fullmatch(rel):
                 continue
             self._submit(rel)
 
