@@ -207,8 +207,8 @@ def _begin_staging(staging: str, global_step: int) -> None:
 
 
 def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSealer) -> None:
-    """The main process's files: the model's (a second thread) while the optimizer's and scheduler's are
-    written (this one), then the trainer state and the extra files."""
+    """The main process's files: the model's (in a second thread during a synchronous save, ``in_step``)
+    while the optimizer's and scheduler's are written (this one), then the trainer state and extra files."""
     sharded = options["sharded_writer"] is not None  # the optimizer (and model) are in the writer's folders
     weights = not sharded or options["model_state_dict"] is not None  # DeepSpeed: full weights beside them
     write_model = functools.partial(save_model, options["model"], staging,
@@ -219,7 +219,8 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
                                             (SCALER_NAME, "scaler"))
         if options[holder] is not None and not (sharded and holder == "optimizer")
     ]  # fmt: skip
-    with _alongside(_sealed(write_model, sealer), when=bool(holders)):
+    # a background save (``defer``) keeps to one thread: training runs on the other cores meanwhile
+    with _alongside(_sealed(write_model, sealer), when=bool(holders) and options["in_step"]):
         for name, holder in holders:
             given = options["optimizer_state_dict"] if holder == "optimizer" else None
             state = given or options[holder].state_dict()
@@ -346,7 +347,7 @@ def save_checkpoint(
     main_files = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler, state=state, args=args,
         processing_class=processing_class, save_only_model=save_only_model, extra_files=extra_files,
         model_state_dict=model_state_dict, optimizer_state_dict=optimizer_state_dict,
-        sharded_writer=sharded_writer)  # fmt: skip
+        sharded_writer=sharded_writer, in_step=defer is None)  # fmt: skip
     # a failed save leaves no staging folder (it would hold the disk space a full disk needs back)
     discard = (lambda: shutil.rmtree(staging, ignore_errors=True)) if is_main_process else None
     with disk_full_reported(final, "checkpoint", FULL_DISK_ADVICE, discard=discard):
