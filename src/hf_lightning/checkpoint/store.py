@@ -407,7 +407,7 @@ def _write_and_publish_reported(staging: str, final: str, options: dict[str, Any
     with disk_full_reported(
         final, "checkpoint", FULL_DISK_ADVICE, discard=lambda: shutil.rmtree(staging, ignore_errors=True)
     ):
-        return _write_and_publish(staging, final, options)
+        return _write_and_publish(staging, final, options, deferred=durability_deferred())
 
 
 def _call(barrier: Callable[[], None] | None) -> None:

@@ -194,11 +194,12 @@ class CheckpointPolicy:
     def wait_for_saves(self, world: int | None = None) -> None:
         """Wait for the background save in flight (``BackgroundCheckpointing``), raising its error; with
         several processes, every process then waits until the main one is done."""
-        wait_for_durability()  # a synchronous save's flush (checkpoint/durability.py), its error raised
         saver = background_saver(self.trainer.callback_handler.callbacks)
+        if saver is not None:
+            saver.wait()  # its follow-up rotates: the folders it sets aside wait for the flush below
+        wait_for_durability()  # the saves' flushes (checkpoint/durability.py), the first error raised
         if saver is None:
             return
-        saver.wait()
         if (world if world is not None else self.process_layout()[1]) > 1:
             self.trainer.accelerator.wait_for_everyone()
 
