@@ -131,17 +131,51 @@ def test_flushes_end_in_publication_order(tmp_path, monkeypatch):
     assert order == ["start checkpoint-1", "end checkpoint-1", "start checkpoint-2", "end checkpoint-2"]
 
 
-def test_a_folder_set_aside_behind_two_flushes_is_deleted_after_the_newest(tmp_path, held_flush):
-    """save_total_limit=1 with two flushes pending: checkpoint-1 is hidden, kept until checkpoint-2 is
-    durable (a power loss before that may damage both newer folders), then deleted."""
+def recorded_flushes(monkeypatch) -> tuple[threading.Event, list[tuple[str, bool]]]:
+    """Flushes held until the returned event is set; each recorded as (folder name, whether it existed)."""
+    release, flushed, real = threading.Event(), [], durability._flush_tree
+
+    def flush(folder: str) -> None:
+        assert release.wait(timeout=60)
+        flushed.append((os.path.basename(folder), os.path.isdir(folder)))
+        real(folder)
+
+    monkeypatch.setattr(durability, "_flush_tree", flush)
+    return release, flushed
+
+
+def test_rotation_waits_for_the_flush_of_the_folder_it_hides(tmp_path, monkeypatch):
+    """save_total_limit=1 with two flushes pending: checkpoint-1 is hidden only once it is on disk under its
+    name (a flush never walks a folder that has moved), then deleted once checkpoint-2 is durable."""
+    release, flushed = recorded_flushes(monkeypatch)
     out = tmp_path / "out"
     saved_checkpoint(tmp_path, step=1)
     saved_checkpoint(tmp_path, step=2)
-    rotate_checkpoints(out, 1)
-    assert visible(out) == ["checkpoint-2"] and hidden(out) == [f".rotated-checkpoint-1-{os.getpid()}"]
-    held_flush.set()
+    rotation = threading.Thread(target=rotate_checkpoints, args=(out, 1))
+    rotation.start()
+    rotation.join(timeout=1)
+    assert rotation.is_alive() and visible(out) == ["checkpoint-1", "checkpoint-2"]
+    release.set()
+    rotation.join(timeout=60)
     wait_for_durability()
+    assert flushed == [("checkpoint-1", True), ("checkpoint-2", True)]
     assert os.listdir(out) == ["checkpoint-2"]
+
+
+def test_a_step_saved_again_waits_for_the_flush_of_its_first_copy(tmp_path, monkeypatch):
+    """checkpoint-1 saved twice: the second copy is published once the first is on disk, and is flushed too."""
+    release, flushed = recorded_flushes(monkeypatch)
+    out = tmp_path / "out"
+    saved_checkpoint(tmp_path, step=1)
+    again = threading.Thread(target=saved_checkpoint, args=(tmp_path,), kwargs={"step": 1})
+    again.start()
+    again.join(timeout=1)
+    assert again.is_alive()
+    release.set()
+    again.join(timeout=60)
+    wait_for_durability()
+    assert flushed == [("checkpoint-1", True), ("checkpoint-1", True)]
+    assert os.listdir(out) == ["checkpoint-1"] and is_checkpoint_complete(checkpoint_path(out, 1))
 
 
 def test_a_failed_earlier_flush_is_undone_and_the_later_checkpoint_kept(tmp_path, monkeypatch):

@@ -17,9 +17,10 @@ for is the disk::
     training goes on                                       .rotated-* folders set aside since N
     end of train() / resume / load-best / a checkpoint pushed: wait for all (the first error raised)
 
-The disk is thus at most one checkpoint behind the one being published: a save waits for the disk only
-when saves come faster than the disk stores them, as transformers' saves do once the kernel's dirty-page
-limit is reached.
+A folder whose flush is pending is never renamed (a flush walks it by name): rotation, and a step saved
+again, wait for that flush first (:func:`wait_for_flush_of`). The disk is thus at most one checkpoint behind
+the one being published: a save waits for the disk only when saves come faster than the disk stores them,
+as transformers' saves do once the kernel's dirty-page limit is reached.
 
 Why this keeps the guarantee of a fully synchronous save:
 
@@ -29,8 +30,8 @@ Why this keeps the guarantee of a fully synchronous save:
   the next save's rotation deletes it again.
 - a power loss before the flush ends may damage ``checkpoint-N``: its manifest (sizes and checksums) makes
   the resume search skip it (and ``checkpoint-(N-1)`` too, if its flush was still running), and the folders
-  rotation set aside are still on disk, because a folder set aside when ``checkpoint-N`` was published is
-  only deleted once ``checkpoint-N`` (and so every earlier one) is durable; the search considers them too
+  rotation set aside are still on disk, because a folder set aside is only deleted once the newest
+  checkpoint (and so every earlier one) is durable; the search considers them too
   (``folders.find_resumable_checkpoint``).
 - a failed flush (``ENOSPC``, ``EIO``): the new folder is deleted (its pages may be lost), the set-aside
   folders get their names back, and the error is raised at the next wait, reported as a failed save is.
@@ -59,6 +60,7 @@ __all__ = [
     "set_aside",
     "set_aside_renamed",
     "wait_for_durability",
+    "wait_for_flush_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -104,7 +106,8 @@ class _Pending:
     """The flush of one published checkpoint, and the folders waiting for it to be deleted.
 
     Flushes run in publication order: each one's thread first waits for the one before it, so a checkpoint
-    is durable only once every earlier one has been flushed (or has failed).
+    is durable only once every earlier one has been flushed (or has failed). A folder whose flush is pending
+    is never renamed: rotation and a step saved again wait for it first (:func:`wait_for_flush_of`).
     """
 
     def __init__(self, folder: str, before: _Pending | None) -> None:
@@ -113,6 +116,7 @@ class _Pending:
         self.lock = threading.Lock()
         self.aside: list[tuple[str, str]] = []  # (hidden path, original path)
         self.durable = False
+        self.undone = False
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="hf-lightning-durability", daemon=False)
 
@@ -137,11 +141,13 @@ class _Pending:
         """After a failed flush: delete the new folder, give the set-aside folders their names back."""
         from hf_lightning.checkpoint.folders import remove_folder
 
+        with self.lock:
+            self.undone, restored = True, list(self.aside)
+            self.aside.clear()
         remove_folder(self.folder)
-        for hidden, original in self.aside:
+        for hidden, original in restored:
             if not os.path.lexists(original):
                 os.replace(hidden, original)
-        self.aside.clear()
         fsync_dir(os.path.dirname(self.folder) or ".")
 
 
@@ -151,24 +157,30 @@ def _flush_tree(folder: str) -> None:
 
 
 _pending: list[_Pending] = []  # published, not yet waited for; oldest first
+_newest: _Pending | None = None  # the last checkpoint published: set-aside folders wait for it
 _guard = threading.Lock()
 
 
 def defer_durability(folder: str) -> None:
     """Flush the just published ``folder`` (files, folders, its parent) in the background, after the
     flushes already pending."""
+    global _newest
     with _guard:
         job = _Pending(folder, _pending[-1] if _pending else None)
         _pending.append(job)
+        _newest = job
         job.thread.start()  # under the guard: a job in the list has started
 
 
 def set_aside(path: str) -> bool:
-    """Hide ``path`` (a folder to delete) until the newest pending flush ended, then delete it behind.
+    """Hide ``path`` (a folder to delete) until the newest checkpoint's flush ended, then delete it behind.
 
-    Returns False when no flush is pending: the caller deletes ``path`` itself.
+    A flush pending for ``path`` itself is waited for first (its error raised). Returns False when the
+    newest checkpoint is durable already: the caller deletes ``path`` itself.
     """
-    if not _pending:
+    wait_for_flush_of(path)
+    job = _newest
+    if job is None or job.durable:
         return False
     hidden = rotated_path(path)
     os.replace(path, hidden)
@@ -177,17 +189,30 @@ def set_aside(path: str) -> bool:
 
 def set_aside_renamed(hidden: str, original: str) -> bool:
     """As :func:`set_aside` for a folder already renamed from ``original`` to ``hidden``."""
-    with _guard:
-        job = _pending[-1] if _pending else None
+    job = _newest
     if job is None:
         shutil.rmtree(hidden, ignore_errors=True)
         return False
     with job.lock:
-        if not job.durable:
+        if not job.durable and not job.undone:
             job.aside.append((hidden, original))
             return True
-    shutil.rmtree(hidden, ignore_errors=True)  # the flush ended meanwhile
+        keep = job.undone and not os.path.lexists(original)  # the newest is gone: nothing newer is durable
+    if keep:
+        os.replace(hidden, original)
+    else:
+        shutil.rmtree(hidden, ignore_errors=True)  # the flush ended meanwhile
     return True
+
+
+def wait_for_flush_of(path: str) -> None:
+    """Before the published folder ``path`` is renamed: wait for its flush (and the earlier ones), raising
+    the first error, so that a flush never walks a folder that has moved."""
+    target = os.path.normpath(path)
+    with _guard:
+        found = [i for i, job in enumerate(_pending) if os.path.normpath(job.folder) == target]
+    if found:
+        _collect(found[-1] + 1)
 
 
 def wait_for_durability(*, behind: int = 0) -> None:
@@ -198,23 +223,33 @@ def wait_for_durability(*, behind: int = 0) -> None:
     the disk may then be one checkpoint behind the one published next, never two.
     """
     with _guard:
-        keep = len(_pending) if behind <= 0 else max(len(_pending) - behind, 0)
-        while keep < len(_pending) and not _pending[keep].thread.is_alive():
-            keep += 1  # an ended flush is collected now: its error is not left for later
-        jobs = _pending[:keep]
-        del _pending[:keep]
+        count = len(_pending) if behind <= 0 else max(len(_pending) - behind, 0)
+    _collect(count)
+
+
+def _collect(count: int) -> None:
+    """Join the ``count`` oldest pending flushes (and those after them that have ended), undo the failed
+    ones, raise the first error."""
+    with _guard:
+        while count < len(_pending) and not _pending[count].thread.is_alive():
+            count += 1  # an ended flush is collected now: its error is not left for later
+        jobs = _pending[:count]
+        del _pending[:count]
     first: tuple[BaseException, BaseException] | None = None  # (what is raised, its cause)
     for job in jobs:
-        job.thread.join()
-        if job.error is None:
-            continue
-        # a full disk is measured before the folder is deleted
-        full = disk_full_error(job.error, job.folder, "checkpoint", FULL_DISK_ADVICE)
-        job.undo()
-        if full is not None:
-            full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these words
-        if first is None:
-            first = (full if full is not None else job.error, job.error)
+        try:
+            job.thread.join()
+            if job.error is None:
+                continue
+            # a full disk is measured before the folder is deleted
+            full = disk_full_error(job.error, job.folder, "checkpoint", FULL_DISK_ADVICE)
+            job.undo()
+            if full is not None:
+                full.reported_whole = True  # type: ignore[attr-defined]  # a later save's report keeps these
+            found = (full if full is not None else job.error, job.error)
+        except BaseException as exc:  # noqa: BLE001 - an undo that failed: the other jobs are still handled
+            found = (exc, exc)
+        first = first or found
     if first is None:
         return
     raised, cause = first

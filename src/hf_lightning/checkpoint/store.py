@@ -45,13 +45,11 @@ Several processes (``world_size > 1``) call :func:`save_checkpoint` with the sam
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -63,6 +61,7 @@ from hf_lightning.checkpoint.durability import (
     rotated_path,
     set_aside_renamed,
     wait_for_durability,
+    wait_for_flush_of,
 )
 from hf_lightning.checkpoint.folders import (
     INCOMPLETE_SENTINEL_NAME,
@@ -220,7 +219,7 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
         if options[holder] is not None and not (sharded and holder == "optimizer")
     ]  # fmt: skip
     # a background save (``defer``) keeps to one thread: training runs on the other cores meanwhile
-    with _alongside(_sealed(write_model, sealer), when=bool(holders) and options["in_step"]):
+    with sealer.beside(write_model, when=bool(holders) and options["in_step"]):
         for name, holder in holders:
             given = options["optimizer_state_dict"] if holder == "optimizer" else None
             state = given or options[holder].state_dict()
@@ -228,34 +227,6 @@ def _write_main_files(staging: str, options: dict[str, Any], sealer: FolderSeale
     if options["state"] is not None:
         write_state(options["state"], os.path.join(staging, TRAINER_STATE_NAME))
     write_extra_files(staging, options["extra_files"])
-
-
-def _sealed(write: Callable[[], None], sealer: FolderSealer) -> Callable[[], None]:
-    """``write()``, then the files it wrote hashed (and flushed when durable) behind (checkpoint/sealing.py)."""
-
-    def run() -> None:
-        write()
-        sealer.seal_new_files()
-
-    return run
-
-
-@contextlib.contextmanager
-def _alongside(work: Callable[[], None], *, when: bool) -> Iterator[None]:
-    """Run ``work`` in a second thread while the body runs (``when``; else before it, in this thread); its
-    error is raised after the body's own, which it never hides. Writing the weights beside the optimizer
-    state uses the core that training leaves idle during a save (0.8x the serial time at 400 MB)."""
-    if not when:
-        work()
-        yield
-        return
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-lightning-save-model")
-    try:
-        done = pool.submit(work)
-        yield
-    finally:
-        pool.shutdown(wait=True)
-    done.result()
 
 
 def _publish(staging: str, final: str, sealer: FolderSealer | None = None, deferred: bool = False) -> None:
@@ -273,6 +244,7 @@ def _publish(staging: str, final: str, sealer: FolderSealer | None = None, defer
     parent, name = os.path.split(final)
     previous = None
     if os.path.lexists(final):
+        wait_for_flush_of(final)  # its earlier copy's flush walks `final` by name: it ends first
         # Two renames: a crash between them leaves no checkpoint-N (never a mixed one), and resuming
         # falls back to the previous step. The old copy is then deleted like rotation deletes folders.
         previous = rotated_path(final) if deferred else os.path.join(parent, f".old-{name}-{os.getpid()}")

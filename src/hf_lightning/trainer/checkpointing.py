@@ -21,6 +21,7 @@ checkpoint holds exactly the state after the last completed optimizer step (7, s
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -195,8 +196,15 @@ class CheckpointPolicy:
         """Wait for the background save in flight (``BackgroundCheckpointing``), raising its error; with
         several processes, every process then waits until the main one is done."""
         saver = background_saver(self.trainer.callback_handler.callbacks)
-        if saver is not None:
-            saver.wait()  # its follow-up rotates: the folders it sets aside wait for the flush below
+        try:
+            if saver is not None:
+                saver.wait()  # its rotation sets folders aside behind the flush waited for below
+        except BaseException:
+            with contextlib.suppress(
+                Exception
+            ):  # the save's error is raised; a flush's is logged where it failed
+                wait_for_durability()
+            raise
         wait_for_durability()  # the saves' flushes (checkpoint/durability.py), the first error raised
         if saver is None:
             return
