@@ -199,10 +199,8 @@ class CheckpointPolicy:
         try:
             if saver is not None:
                 saver.wait()  # its rotation sets folders aside behind the flush waited for below
-        except BaseException:
-            with contextlib.suppress(
-                Exception
-            ):  # the save's error is raised; a flush's is logged where it failed
+        except BaseException:  # the save's error is raised; a flush's is logged where it failed
+            with contextlib.suppress(Exception):
                 wait_for_durability()
             raise
         wait_for_durability()  # the saves' flushes (checkpoint/durability.py), the first error raised
