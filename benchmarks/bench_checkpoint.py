@@ -18,7 +18,9 @@ Each process first imports what ``train()`` and ``save_pretrained`` import on fi
 accelerate's unwrapping, which imports DeepSpeed when it is installed), so saves and resumes are timed
 without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume per saving library: a
 fresh process calls ``train(resume_from_checkpoint=True)`` on that run's output and stops after the
-first step. The speed of the manifest's checksum (XXH3-128) against SHA-256 is printed first.
+first step; then the check a resume makes before it loads anything (every file of hf_lightning's newest
+checkpoint against its manifest, from the page cache, best of 3). The speed of the manifest's checksum
+(XXH3-128) against SHA-256 is printed first.
 
 The **plain durable write**: in every round, after the runs, as many bytes as one of hf_lightning's
 checkpoints holds are written into the same folder in 4 MiB blocks, timed to the end of the ``write``
@@ -149,6 +151,21 @@ def serve_resume(library: str, size: str, out: str, saves: int, save_steps: int)
     _report(resume=ended[0] - started, resume_rss=_peak_rss_mib())
 
 
+def serve_verify(out: str) -> None:
+    """Child: the check a resume makes before loading (every file against the manifest), best of 3."""
+    from hf_lightning.checkpoint.verify import content_problem
+
+    folder = os.path.join(out, _newest(out))
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        problem = content_problem(folder)
+        best = min(best, time.perf_counter() - started)
+        if problem is not None:
+            raise RuntimeError(problem)
+    _report(verify=best)
+
+
 def _child(*argv: str) -> dict:
     done = subprocess.run(
         [sys.executable, __file__, *argv], capture_output=True, text=True,
@@ -171,20 +188,24 @@ def run_round(cli: argparse.Namespace, order: random.Random) -> dict[str, dict]:
         print(f"  {name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)
     for name in order.sample(["transformers", "hf_lightning", "hf_lightning background"], 3):
         results[name].update(_child("--serve-resume", RUNS[name][0], folders[name], *common))
+    results["hf_lightning"].update(_child("--serve-verify", folders["hf_lightning"]))
     results["disk"] = disk_floor(_checkpoint_bytes(folders["hf_lightning"]), folders["hf_lightning"])
     for folder in folders.values():
         shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
-def _checkpoint_bytes(out: str) -> int:
-    """The bytes of the newest ``checkpoint-N`` in ``out``."""
-    newest = max(
+def _newest(out: str) -> str:
+    """The name of the newest ``checkpoint-N`` in ``out``."""
+    return max(
         (n for n in os.listdir(out) if n.startswith("checkpoint-")), key=lambda n: int(n.split("-")[1])
     )
-    return sum(
-        os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(out, newest)) for f in fs
-    )
+
+
+def _checkpoint_bytes(out: str) -> int:
+    """The bytes of the newest ``checkpoint-N`` in ``out``."""
+    folder = os.path.join(out, _newest(out))
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(folder) for f in fs)
 
 
 def disk_floor(size: int, folder: str) -> dict:
@@ -247,7 +268,8 @@ def disk_summary(rounds: list[dict[str, dict]]) -> str:
     return (
         f"Plain durable write: {disk[0]['bytes'] / 1e6:.0f} MB written in {statistics.median(d['page_cache'] for d in disk):.2f} s "
         f"into the page cache, {durable:.2f} s until durable (one fdatasync); synchronous save / plain durable write: "
-        f"hf_lightning {ours:.2f}x, transformers {theirs:.2f}x"
+        f"hf_lightning {ours:.2f}x, transformers {theirs:.2f}x; a resume's check of the checkpoint against its "
+        f"manifest (from the page cache): {statistics.median(r['hf_lightning']['verify'] for r in rounds):.3f} s"
     )
 
 
@@ -285,6 +307,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write every run's figures here")
     parser.add_argument("--serve-save", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--serve-resume", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-verify", help=argparse.SUPPRESS)
     cli = parser.parse_args()
     if cli.serve_save:
         library, mode, out, size, saves, steps = cli.serve_save
@@ -292,6 +315,8 @@ def main() -> None:
     if cli.serve_resume:
         library, out, size, saves, steps = cli.serve_resume
         return serve_resume(library, size, out, int(saves), int(steps))
+    if cli.serve_verify:
+        return serve_verify(cli.serve_verify)
     order = random.Random(cli.seed)
     rounds = [run_round(cli, order) for _ in range(cli.rounds)]
     print(f"Checkpoint {cli.size}, {cli.rounds} rounds, {cli.saves} saves every {cli.save_steps} steps; "
