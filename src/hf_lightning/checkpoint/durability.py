@@ -6,14 +6,15 @@ for is the disk::
 
     training thread                                      durability threads (in publication order)
     ---------------                                      ---------------------------------------------
-    write + hash the files into .tmp-checkpoint-N
+    write + hash the files into .tmp-checkpoint-N        (the writebacks sealing.py starts every
+                                                           32 MiB run on; the last ones are not waited for)
     wait for the flush of the checkpoint before the      (checkpoint-(N-1)'s flush may still run)
       previous one, and for any flush that has ended
       (an error raised here, the staging removed)
     manifest, drop the sentinel,
-      rename .tmp-checkpoint-N -> checkpoint-N           once checkpoint-(N-1)'s flush has ended:
-    rotation: checkpoint-K -> .rotated-checkpoint-K-pid    fsync every file of checkpoint-N, its
-      (hidden: no `checkpoint-*` glob matches it)          folders and output_dir, then delete the
+      rename .tmp-checkpoint-N -> checkpoint-N           once checkpoint-(N-1)'s flush and N's writebacks
+    rotation: checkpoint-K -> .rotated-checkpoint-K-pid    have ended: fsync every file of checkpoint-N,
+      (hidden: no `checkpoint-*` glob matches it)          its folders and output_dir, then delete the
     training goes on                                       .rotated-* folders set aside since N
     end of train() / resume / load-best / a checkpoint pushed: wait for all (the first error raised)
 
@@ -47,6 +48,8 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
 
 from hf_lightning.checkpoint.io import disk_full_error, fsync_dir, fsync_tree
 
@@ -110,9 +113,10 @@ class _Pending:
     is never renamed: rotation and a step saved again wait for it first (:func:`wait_for_flush_of`).
     """
 
-    def __init__(self, folder: str, before: _Pending | None) -> None:
+    def __init__(self, folder: str, before: _Pending | None, writebacks: Sequence[Future[None]]) -> None:
         self.folder = folder
         self.before = before
+        self.writebacks = list(writebacks)  # the save's own writebacks still running: flushed after them
         self.lock = threading.Lock()
         self.aside: list[tuple[str, str]] = []  # (hidden path, original path)
         self.durable = False
@@ -125,6 +129,9 @@ class _Pending:
             self.before.thread.join()
             self.before = None  # a finished job is not kept alive by the next one
         try:
+            for writeback in self.writebacks:
+                writeback.result()  # a writeback's error is reported to it alone (Linux): it fails the flush
+            self.writebacks.clear()
             _flush_tree(self.folder)
             fsync_dir(os.path.dirname(self.folder) or ".")
         except BaseException as exc:  # noqa: BLE001 - raised in the thread that waits
@@ -161,12 +168,12 @@ _newest: _Pending | None = None  # the last checkpoint published: set-aside fold
 _guard = threading.Lock()
 
 
-def defer_durability(folder: str) -> None:
+def defer_durability(folder: str, writebacks: Sequence[Future[None]] = ()) -> None:
     """Flush the just published ``folder`` (files, folders, its parent) in the background, after the
-    flushes already pending."""
+    flushes already pending and the save's ``writebacks`` (``FolderSealer.take_writebacks``)."""
     global _newest
     with _guard:
-        job = _Pending(folder, _pending[-1] if _pending else None)
+        job = _Pending(folder, _pending[-1] if _pending else None, writebacks)
         _pending.append(job)
         _newest = job
         job.thread.start()  # under the guard: a job in the list has started

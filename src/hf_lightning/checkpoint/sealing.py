@@ -13,7 +13,7 @@ for the disk. :class:`FolderSealer` does them while the save goes on::
                                                                  # cache) and flushed in the background
     entries = sealer.finish()                                    # every file sealed: {name: entry}
 
-The background work runs in two threads of this process (hashing and ``fsync`` release the GIL), so a
+The background work runs in threads of this process (hashing and ``fsync`` release the GIL), so a
 process killed at any moment leaves the folder unpublished, exactly as a save without them.
 """
 
@@ -75,9 +75,11 @@ class _EarlyWriteback:
     def __call__(self, written: int) -> None:
         if written < self.next or (self.pending is not None and not self.pending.done()):
             return
+        if self.pending is not None:
+            self.pending.result()  # a failed writeback fails the write: the error is reported only once
         self.next = written + _WRITEBACK_EVERY
         self.handle.flush()
-        fd = os.dup(self.handle.fileno())
+        fd = os.dup(self.handle.fileno())  # outlives the file's own descriptor (see FolderSealer.write)
 
         def writeback() -> None:
             try:
@@ -86,6 +88,7 @@ class _EarlyWriteback:
                 os.close(fd)
 
         self.pending = self.pool.submit(writeback)
+        self.pending.add_done_callback(lambda job: os.close(fd) if job.cancelled() else None)
 
     def wait(self) -> None:
         if self.pending is not None:
@@ -103,20 +106,26 @@ class FolderSealer:
         # limit is reached (a 2.2 GB save took 3.3 s without it, 1.2 s with it, transformers' 5.0 s)
         self.durable = durable
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hf-lightning-seal")
+        # the writebacks wait for the disk: in a pool of their own, so that no checksum queues behind them
+        self._disk = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hf-lightning-writeback")
         self._entries: dict[str, Future[dict[str, Any]]] = {}
         self._claimed: set[str] = set()  # files write() creates, sealed by write() itself
+        self._writebacks: list[Future[None]] = []  # not durable: the last writeback of each file, running
+        self._handed_over = False
 
     def write(self, name: str, write: Callable[[Any], None]) -> None:
         """Write ``folder/name`` through ``write(file)``, hashing the bytes on their way; flushed behind."""
         path = os.path.join(self.folder, name)
         self._claimed.add(name)  # before the file exists: seal_new_files (another thread) leaves it alone
         with open(path, "wb") as handle:
-            writeback = _EarlyWriteback(handle, self._pool)  # also when not durable: see __init__
+            writeback = _EarlyWriteback(handle, self._disk)  # also when not durable: see __init__
             writer = HashingWriter(handle, self.algorithm, on_progress=writeback)
             write(writer)
             writer.flush()
-            if writeback is not None:
-                writeback.wait()  # the descriptor it flushes is closed below
+            if self.durable:
+                writeback.wait()  # its error raised here; the fsync below has little left to write
+            elif writeback.pending is not None:
+                self._writebacks.append(writeback.pending)  # not waited for: see take_writebacks
         entry = writer.entry()
 
         def seal() -> dict[str, Any]:
@@ -179,8 +188,10 @@ class FolderSealer:
     def finish(self) -> dict[str, dict[str, Any]]:
         """Seal every file still unsealed, wait for all; returns ``{relative path: {"size", algorithm}}``.
 
-        The first error of a background job is raised here, after every job has ended.
+        The first error of a background job is raised here, after every job has ended. Not durable, the
+        writebacks still running are left for :meth:`take_writebacks` (or :meth:`close`) when it succeeds.
         """
+        ok = False
         try:
             for rel in listed_files(self.folder):
                 if rel not in self._entries:
@@ -194,10 +205,24 @@ class FolderSealer:
                     error = error or exc
             if error is not None:
                 raise error
+            ok = True
             return results
         finally:
-            self.close()
+            if ok and not self.durable:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                self.close()
+
+    def take_writebacks(self) -> list[Future[None]]:
+        """Not durable: the writebacks still running when the files were written, for the flush that
+        follows the publication to wait for (their errors are its errors, checkpoint/durability.py); the
+        save does not wait for the disk. :meth:`close` then leaves them running."""
+        self._handed_over = True
+        taken, self._writebacks = self._writebacks, []
+        return taken
 
     def close(self) -> None:
-        """End the background threads (after the jobs already started)."""
+        """End the background threads (after the jobs already started; writebacks handed over by
+        :meth:`take_writebacks` go on behind)."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._disk.shutdown(wait=not self._handed_over, cancel_futures=not self._handed_over)

@@ -251,7 +251,7 @@ def _publish(staging: str, final: str, sealer: FolderSealer | None = None, defer
         os.replace(final, previous)
     os.replace(staging, final)
     if deferred:
-        defer_durability(final)  # fsync of final and its parent, behind
+        defer_durability(final, sealer.take_writebacks() if sealer is not None else ())  # behind
         if previous is not None:
             set_aside_renamed(previous, final)  # deleted once final is durable
         return
