@@ -14,6 +14,10 @@ fresh process; a round runs, in a random order:
 - ``... no save``: each library with ``save_strategy="no"`` (the run time that saving adds is measured
   against it);
 
+Every process starts with no dirty pages: before it starts, ``sync`` writes to the disk, untimed, what
+the process before it left in the page cache (transformers' saves never flush, and the kernel would
+otherwise write their bytes back during the next run's saves).
+
 Each process first imports what ``train()`` and ``save_pretrained`` import on first use (the engine;
 accelerate's unwrapping, which imports DeepSpeed when it is installed), so saves and resumes are timed
 without imports (start-up is ``benchmarks/bench_startup.py``'s). Then one resume per saving library: a
@@ -167,6 +171,7 @@ def serve_verify(out: str) -> None:
 
 
 def _child(*argv: str) -> dict:
+    os.sync()  # untimed: no run pays for the dirty pages the run before it left (transformers' saves)
     done = subprocess.run(
         [sys.executable, __file__, *argv], capture_output=True, text=True,
         env={**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"},
