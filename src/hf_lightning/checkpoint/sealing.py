@@ -12,6 +12,7 @@ for the disk. :class:`FolderSealer` does them while the save goes on::
     sealer.seal_new_files()                                      # ... hashed (one read, from the page
                                                                  # cache) and flushed in the background
     entries = sealer.finish()                                    # every file sealed: {name: entry}
+    sealer.close()                                               # (in a `finally`) the threads end
 
 The background work runs in threads of this process (hashing and ``fsync`` release the GIL), so a
 process killed at any moment leaves the folder unpublished, exactly as a save without them.
@@ -188,10 +189,9 @@ class FolderSealer:
     def finish(self) -> dict[str, dict[str, Any]]:
         """Seal every file still unsealed, wait for all; returns ``{relative path: {"size", algorithm}}``.
 
-        The first error of a background job is raised here, after every job has ended. Not durable, the
-        writebacks still running are left for :meth:`take_writebacks` (or :meth:`close`) when it succeeds.
+        The first error of a background job is raised here, after every job has ended. The writebacks
+        still running are left for :meth:`take_writebacks` (not durable) and :meth:`close`.
         """
-        ok = False
         try:
             for rel in listed_files(self.folder):
                 if rel not in self._entries:
@@ -205,13 +205,9 @@ class FolderSealer:
                     error = error or exc
             if error is not None:
                 raise error
-            ok = True
             return results
         finally:
-            if ok and not self.durable:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-            else:
-                self.close()
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def take_writebacks(self) -> list[Future[None]]:
         """Not durable: the writebacks still running when the files were written, for the flush that
