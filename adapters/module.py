@@ -38,6 +38,7 @@ from hf_lightning.optim.schedulers import steps_per_update
 from hf_lightning.plan.groups import ModuleSettings
 
 from . import speedups
+from .argument_table import check_supported
 from .grad_clipping import ClipOrder
 from .module_checks import (
     batch_rows,
@@ -58,7 +59,8 @@ class HFModule(L.LightningModule):
     Args:
         model: the model to train (``forward(**batch)`` returns the loss first when labels are given).
         args: the ``TrainingArguments`` whose optimizer, scheduler, clipping and accumulation settings
-            apply (defaults to ``TrainingArguments()``); translated once, at construction, into
+            apply (defaults to ``TrainingArguments()``); one that sets an argument hf_lightning does not
+            carry yet raises ``NotImplementedError`` naming it; translated once, at construction, into
             :class:`~hf_lightning.adapters.plan.ModuleSettings` (``self.settings``), which is all the
             module reads afterwards (its ``optimizer_factory`` builds the optimizer); the module keeps
             no reference to ``args``.
@@ -84,6 +86,8 @@ class HFModule(L.LightningModule):
         super().__init__()
         self.model = model
         if settings is None:
+            if args is not None:
+                check_supported(args)  # a "not yet" argument is refused here too, never silently dropped
             settings = module_settings(args if args is not None else TrainingArguments())
         self.settings: ModuleSettings = settings
         self.automatic_optimization = False

@@ -90,6 +90,16 @@ def test_single_batches_with_accumulation_give_a_clear_error():
         _trainer(max_steps=1).fit(module, train_dataloaders=loader)
 
 
+def test_arguments_not_carried_yet_are_refused_by_the_module_too():
+    """HFModule(model, args) under a plain lightning.Trainer refuses what nobody carries, naming each."""
+    args = TrainingArguments(debug="underflow_overflow", accelerator_config={"split_batches": True})
+    with pytest.raises(NotImplementedError) as caught:
+        HFModule(tiny_gpt2(), args)
+    assert "`TrainingArguments(debug=" in str(caught.value)
+    assert "`TrainingArguments(accelerator_config={'split_batches': True" in str(caught.value)
+    HFModule(tiny_gpt2(), TrainingArguments(accelerator_config={"split_batches": False}))  # the defaults pass
+
+
 def test_windows_hold_the_remainder_of_an_epoch():
     """10 micro-batches in windows of 4 give 3 windows: 4, 4 and the remaining 2."""
     windows = AccumulationWindows(list(range(10)), 4)

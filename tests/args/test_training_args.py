@@ -183,6 +183,23 @@ def test_accelerator_config_unknown_key_raises(make):
         make(accelerator_config={"splitt": True})
 
 
+def test_use_configured_state_needs_a_state_set_up_first(make, tmp_path, monkeypatch):
+    """use_configured_state=True without a configured state raises as transformers does; with a started
+    process group it is accepted and consumed (the strategy reuses the group)."""
+    import torch.distributed as dist
+    from accelerate.state import PartialState
+
+    monkeypatch.setattr(PartialState, "_shared_state", {})  # other tests' transformers arguments set it up
+    with pytest.raises(ValueError, match="use_configured_state.*PartialState.*torch.distributed"):
+        make(accelerator_config={"use_configured_state": True})
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        config = make(accelerator_config={"use_configured_state": True}).accelerator_config
+    finally:
+        dist.destroy_process_group()
+    assert "use_configured_state" not in config and config["split_batches"] is False
+
+
 @pytest.mark.parametrize(
     ("given", "expected"), [(True, "all"), (False, "no"), ("non_padding", "non_padding")]
 )

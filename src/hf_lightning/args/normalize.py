@@ -212,13 +212,38 @@ def _accelerator_config(args: Any) -> list[str]:
     elif given is not None and not isinstance(given, dict) and hasattr(given, "to_dict"):
         given = given.to_dict()
     given = dict(given or {})
-    given.pop("use_configured_state", None)  # transformers consumes it when it sets up the devices
+    if given.pop("use_configured_state", False):  # consumed here, as transformers' device set-up does
+        _check_configured_state(args)
     unknown = sorted(set(given) - set(ACCELERATOR_CONFIG_DEFAULTS))
     args.accelerator_config = {**ACCELERATOR_CONFIG_DEFAULTS, **given}
     if unknown:
         cls, allowed = type(args).__name__, ", ".join(ACCELERATOR_CONFIG_DEFAULTS)
         return [f"`{cls}(accelerator_config=...)` has unknown keys {unknown}; allowed keys: {allowed}"]
     return []
+
+
+def _check_configured_state(args: Any) -> None:
+    """``use_configured_state=True`` needs a state set up before the arguments: accelerate's
+    ``PartialState``, or a ``torch.distributed`` process group, which the Lightning strategy then reuses."""
+    import sys
+
+    partial_state = getattr(sys.modules.get("accelerate.state"), "PartialState", None)
+    accelerate_state = dict(getattr(partial_state, "_shared_state", None) or {})
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    group_started = dist is not None and dist.is_available() and dist.is_initialized()
+    if not accelerate_state and not group_started:
+        raise ValueError(
+            f"`{type(args).__name__}(accelerator_config={{'use_configured_state': True}})` needs a state "
+            "configured before the arguments are built: accelerate's `PartialState()` or a started "
+            "`torch.distributed` process group; pass `use_configured_state=False` to let the Trainer set one up"
+        )
+    kind = str(getattr(accelerate_state.get("distributed_type"), "value", ""))
+    if args.deepspeed and accelerate_state and kind != "DEEPSPEED":
+        raise RuntimeError(
+            f"`{type(args).__name__}(accelerator_config={{'use_configured_state': True}}, deepspeed=...)`: the "
+            f"configured accelerate state is {kind or 'NO'}, not DEEPSPEED; set it up for DeepSpeed or pass "
+            "`use_configured_state=False`"
+        )
 
 
 def _integral_steps(args: Any) -> None:
