@@ -127,3 +127,44 @@ def test_plain_module_keeps_its_own_keys(tmp_path):
     fresh = RegressionModel()
     load_model_weights(fresh, tmp_path)
     assert (fresh.a.item(), fresh.b.item()) == (2.0, 3.0)
+
+
+class _GrowingBuffer(torch.nn.Module):
+    """transformers' test model for the resumed data order: a buffer that grows with every batch seen, and a
+    ``load_state_dict`` that takes the saved size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3, bias=False)
+        self.register_buffer("data_order", torch.empty(0, dtype=torch.long))
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):  # type: ignore[override]
+        if "data_order" in state_dict and self.data_order.shape != state_dict["data_order"].shape:
+            self.data_order = state_dict["data_order"].clone()
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def forward(self, input_ids, labels=None):
+        self.data_order = torch.cat([self.data_order, input_ids[:, 0].long()])
+        logits = self.fc(input_ids)
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+def test_a_model_with_its_own_load_state_dict_decides_what_fits(tmp_path):
+    """A model overriding load_state_dict gets the saved tensors even where shapes differ; a resumed run then
+    replays the uninterrupted run's data order, as under transformers."""
+    from hf_lightning import Trainer, TrainingArguments
+
+    data = torch.randn(10, 4)
+    data[:, 0] = torch.arange(10)
+    rows = [{"input_ids": x, "labels": torch.tensor(i % 3)} for i, x in enumerate(data)]
+    kw = dict(per_device_train_batch_size=2, num_train_epochs=2, save_steps=2, optim="sgd",
+              report_to="none", disable_tqdm=True, seed=3)  # fmt: skip
+    full = _GrowingBuffer()
+    Trainer(model=full, args=TrainingArguments(str(tmp_path / "a"), **kw), train_dataset=rows).train()
+    loaded = _GrowingBuffer()
+    load_model_weights(loaded, tmp_path / "a" / "checkpoint-4")
+    assert loaded.data_order.tolist() == full.data_order[:8].tolist()
+    resumed = _GrowingBuffer()
+    trainer = Trainer(model=resumed, args=TrainingArguments(str(tmp_path / "b"), **kw), train_dataset=rows)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-4"))
+    assert resumed.data_order.tolist() == full.data_order.tolist()

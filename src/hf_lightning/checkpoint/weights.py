@@ -179,8 +179,10 @@ def _refuse_mismatch(model: nn.Module, folder: str, missing: list[str], unexpect
 def _refuse_other_shapes(model: nn.Module, folder: str, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """A tensor whose shape differs from the model's is refused before anything is copied (torch would copy
     the others first, leaving a model of two checkpoints). FSDP1's wrapped modules hold flat shards, whose shapes
-    say nothing of the full tensors: its own state-dict loading checks them."""
-    if fsdp_root(model) is not None:
+    say nothing of the full tensors: its own state-dict loading checks them. A model whose class overrides
+    ``load_state_dict`` decides for itself what fits (a buffer that grows as it trains takes the saved size),
+    as transformers leaves it to: its own method runs, and only the error it raises is reported."""
+    if fsdp_root(model) is not None or type(model).load_state_dict is not nn.Module.load_state_dict:
         return
     expected = model.state_dict()
     wrong = sorted(
