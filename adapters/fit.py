@@ -158,6 +158,8 @@ def run_fit(request: FitRequest) -> HFModule:
         with _quiet_lightning(plan.process_log_level):
             engine = L.Trainer(**kwargs)
             engine.fit(module, train_dataloaders=windows)
+            if not getattr(request.driver, "began", True):  # a resumed run already at max_steps: Lightning
+                request.driver.on_train_begin()  # skips its loop; transformers still begins it (no step runs)
     finally:
         close_process_group_at_exit()  # the group Lightning opened
         # Lightning's LightningEnvironment.teardown deletes WORLD_SIZE; the next train() in this

@@ -74,6 +74,8 @@ class TrainLoopDriver:
         self.grad_norm: float | None = None
         self.learning_rate: float | None = None
         self.module: Any = None
+        self.began = False
+        """Whether ``on_train_begin`` ran (Lightning skips its loop when a resumed run is already at max_steps)."""
         self.micro_batch = 0
         """The index of the running micro-batch in its accumulation window."""
         self.training_step = trainer.run.train_micro_batch
@@ -106,6 +108,7 @@ class TrainLoopDriver:
     # --- events ----------------------------------------------------------------------------
     def on_train_begin(self) -> None:
         t = self.trainer
+        self.began = True
         t.model.zero_grad()
         engine = getattr(self.module.trainer.strategy, "deepspeed_engine", None)
         if engine is not None:  # transformers' trainer.deepspeed: the engine training the model

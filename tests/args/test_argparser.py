@@ -471,3 +471,17 @@ def test_fields_are_not_mutated():
     before = [f.type for f in dataclasses.fields(Basic)]
     HfArgumentParser(Basic)
     assert [f.type for f in dataclasses.fields(Basic)] == before
+
+
+@pytest.mark.parametrize("name", ["TrainingArguments", "Seq2SeqTrainingArguments"])
+def test_help_of_the_training_arguments_prints_and_exits_0(name, capsys):
+    """`script.py --help` prints every option and exits 0, as transformers' parser does (argparse formats
+    each help text with `%`, so a stray percent sign would crash it)."""
+    import hf_lightning
+
+    parser = HfArgumentParser(getattr(hf_lightning, name))
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args_into_dataclasses(args=["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "--auto_find_batch_size" in out and "--output_dir" in out

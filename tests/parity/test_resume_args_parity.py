@@ -39,3 +39,41 @@ def test_no_warning_when_the_arguments_agree(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         ours(args, TrainerState(logging_steps=9, eval_steps=9, save_steps=500, train_batch_size=2))
     assert _messages(caplog, "hf_lightning") == []
+
+
+def test_a_resume_with_nothing_left_to_train_begins_and_ends_like_transformers(tmp_path):
+    """Resuming from a checkpoint already at max_steps: no step runs, but the callbacks see on_train_begin and
+    on_train_end, eval_on_start evaluates, and the model counts as prepared (no model_preparation_time)."""
+    from tests.tiny import RegressionModel, regression_data
+
+    seen = {}
+    for lib in (transformers, hf_lightning):
+
+        class Events(lib.TrainerCallback):
+            def __init__(self):
+                self.events = []
+
+            def on_train_begin(self, args, state, control, **kwargs):
+                self.events.append(("train_begin", state.global_step))
+
+            def on_evaluate(self, args, state, control, **kwargs):
+                self.events.append(("evaluate", state.global_step))
+
+            def on_train_end(self, args, state, control, **kwargs):
+                self.events.append(("train_end", state.global_step))
+
+        def trainer(events=None, lib=lib):
+            args = lib.TrainingArguments(str(tmp_path / lib.__name__), max_steps=2, save_steps=2, eval_on_start=True,
+                                         eval_strategy="steps", eval_steps=5, per_device_train_batch_size=4,
+                                         report_to="none", disable_tqdm=True, use_cpu=True)  # fmt: skip
+            data = regression_data(n=8)
+            return lib.Trainer(RegressionModel(), args, train_dataset=data, eval_dataset=data,
+                               callbacks=[events] if events else None)  # fmt: skip
+
+        trainer().train()
+        events = Events()
+        resumed = trainer(events)
+        output = resumed.train(resume_from_checkpoint=True)
+        seen[lib.__name__] = (events.events, output.global_step, sorted(resumed.evaluate()))
+    assert seen["hf_lightning"] == seen["transformers"]
+    assert seen["hf_lightning"][0] == [("train_begin", 2), ("evaluate", 2), ("train_end", 2), ("evaluate", 2)]

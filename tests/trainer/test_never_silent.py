@@ -35,6 +35,15 @@ def test_output_dir_that_is_a_file_is_refused_at_construction(tmp_path, below, e
         _trainer(hf_lightning, output_dir, max_steps=2)
 
 
+@pytest.mark.parametrize("lib", [transformers, hf_lightning], ids=["transformers", "hf_lightning"])
+def test_output_dir_is_created_at_construction(tmp_path, lib):
+    """Trainer() creates a missing output_dir (and its parents): an evaluate- or predict-only script writes its
+    results there without creating it first."""
+    output_dir = tmp_path / "new" / "run"
+    _trainer(lib, output_dir, max_steps=2)
+    assert output_dir.is_dir()
+
+
 # --- degenerate data ------------------------------------------------------------------------------------
 class Stream(torch.utils.data.IterableDataset):
     """A stream of ``n`` regression examples (no length)."""

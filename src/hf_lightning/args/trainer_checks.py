@@ -17,10 +17,11 @@ __all__ = ["check_output_dir", "check_sharding_arguments"]
 
 
 def check_output_dir(args: Any) -> None:
-    """Refuse an ``output_dir`` that is a file, or lies below one, on the saving process.
+    """Refuse an ``output_dir`` that is a file, or lies below one, on the saving process; else create it.
 
-    transformers creates ``output_dir`` in ``Trainer.__init__`` (``os.makedirs``) and so fails there with a
-    bare ``FileExistsError`` / ``NotADirectoryError``; the same types are raised here, naming the argument.
+    transformers creates ``output_dir`` in ``Trainer.__init__`` (``os.makedirs``; a script that only
+    evaluates or predicts writes its results there) and so fails there with a bare ``FileExistsError`` /
+    ``NotADirectoryError``; the same types are raised here, naming the argument.
     """
     if not args.should_save or args.output_dir is None:
         return
@@ -41,6 +42,7 @@ def check_output_dir(args: Any) -> None:
             f"{call} lies inside `{parent}`, which is a file, not a folder: the Trainer cannot create "
             "output_dir there. Pass the path of a folder",
         )
+    os.makedirs(path, exist_ok=True)
 
 
 def check_sharding_arguments(args: Any, *, given_optimizers: bool) -> None:
