@@ -135,7 +135,9 @@ class TrainingArguments:
     use_cache: bool = _f(False, "Keep the model's key/value cache on during training.")
     neftune_noise_alpha: float | None = _f(None, "NEFTune embedding-noise strength (None disables it).")
     torch_empty_cache_steps: int | None = _f(None, "Empty the accelerator cache every this many steps.")
-    auto_find_batch_size: bool = _f(False, "After an out-of-memory error, retry with 90 percent of the batch size.")
+    auto_find_batch_size: bool = _f(
+        False, "After an out-of-memory error, retry with 90 percent of the batch size."
+    )
 
     # --- Logging & Monitoring ---
     logging_strategy: IntervalStrategy | str = _f("steps", "When to log: 'no', 'steps' or 'epoch'.")
