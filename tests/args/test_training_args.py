@@ -569,3 +569,16 @@ def test_bf16_accepted_without_use_cpu(make, monkeypatch):
     """Divergence: bf16 without a bf16 GPU is accepted (bf16 autocast runs on CPU); transformers raises."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert make(bf16=True).bf16 is True
+
+
+def test_accelerator_config_takes_the_dataclass_and_reads_like_it(make):
+    """As transformers: an AcceleratorConfig instance is accepted, the value reads by attribute and to_dict();
+    the class itself (not an instance) is refused with NotImplementedError."""
+    from transformers.trainer_pt_utils import AcceleratorConfig
+
+    config = make(accelerator_config=AcceleratorConfig(even_batches=False)).accelerator_config
+    assert config.even_batches is False and config["split_batches"] is False
+    assert config.to_dict() == dict(config) and "use_configured_state" not in config
+    assert make(accelerator_config={"split_batches": True}).accelerator_config.split_batches is True
+    with pytest.raises(NotImplementedError, match="accelerator_config=AcceleratorConfig.*fully constructed"):
+        make(accelerator_config=AcceleratorConfig)

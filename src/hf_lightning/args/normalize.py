@@ -6,6 +6,7 @@ are returned as messages so the rule table can report them together with the res
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -52,11 +53,26 @@ ACCELERATOR_CONFIG_DEFAULTS: dict[str, Any] = {
 }
 
 
+class AcceleratorConfig(dict):
+    """``TrainingArguments.accelerator_config`` after ``__post_init__``: a dict of every key, also read as
+    transformers' ``AcceleratorConfig`` is (``.split_batches``, ``.to_dict()``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"accelerator_config has no key {name!r}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(dict(self))
+
+
 def normalize(args: Any) -> list[str]:
     """Fill derived defaults and coerce values in place; return the problems found on the way.
 
     A value of the wrong type raises ``TypeError`` naming its field first (``validate.check_types``).
     """
+    _accelerator_config_object(args)
     check_types(args)
     if args.output_dir is None:
         args.output_dir = "trainer_output"
@@ -209,17 +225,29 @@ def _accelerator_config(args: Any) -> list[str]:
     if isinstance(given, str):
         with open(given, encoding="utf-8") as f:
             given = json.load(f)
-    elif given is not None and not isinstance(given, dict) and hasattr(given, "to_dict"):
-        given = given.to_dict()
     given = dict(given or {})
     if given.pop("use_configured_state", False):  # consumed here, as transformers' device set-up does
         _check_configured_state(args)
     unknown = sorted(set(given) - set(ACCELERATOR_CONFIG_DEFAULTS))
-    args.accelerator_config = {**ACCELERATOR_CONFIG_DEFAULTS, **given}
+    args.accelerator_config = AcceleratorConfig({**ACCELERATOR_CONFIG_DEFAULTS, **given})
     if unknown:
         cls, allowed = type(args).__name__, ", ".join(ACCELERATOR_CONFIG_DEFAULTS)
         return [f"`{cls}(accelerator_config=...)` has unknown keys {unknown}; allowed keys: {allowed}"]
     return []
+
+
+def _accelerator_config_object(args: Any) -> None:
+    """An ``AcceleratorConfig`` (transformers' or accelerate's dataclass) given as ``accelerator_config`` becomes
+    its dict, as transformers reads it; a class instead of an instance is refused with transformers' error."""
+    given = args.accelerator_config
+    if isinstance(given, type):
+        raise NotImplementedError(
+            f"`{type(args).__name__}(accelerator_config={given.__name__})`: tried passing in a callable to "
+            "`accelerator_config`, but this is not supported. Please pass in a fully constructed "
+            "`AcceleratorConfig` object (or a dict, or the path of a JSON file) instead."
+        )
+    if given is not None and not isinstance(given, (dict, str)) and callable(getattr(given, "to_dict", None)):
+        args.accelerator_config = dict(given.to_dict())
 
 
 def _check_configured_state(args: Any) -> None:
