@@ -280,7 +280,7 @@ def test_greedy_state_dict_round_trip_continues_identically():
     [
         ("adamw_torch", torch.optim.AdamW),
         ("adamw_torch_fused", torch.optim.AdamW),
-        ("adafactor", Adafactor),
+        ("adafactor", None),  # transformers' Adafactor when transformers is imported, else ours
         ("sgd", torch.optim.SGD),
         ("adagrad", torch.optim.Adagrad),
         ("rmsprop", torch.optim.RMSprop),
@@ -290,6 +290,10 @@ def test_each_supported_optimizer_trains_a_step_on_cpu(optim, cls):
     """Every supported optim value builds its class and takes a step on CPU (fused AdamW included)."""
     model = nn.Linear(3, 2)
     optimizer = create_optimizer(model, make_args(optim=optim))
+    if cls is None:
+        cls = (
+            sys.modules["transformers.optimization"].Adafactor if "transformers" in sys.modules else Adafactor
+        )
     assert type(optimizer) is cls
     before = model.weight.detach().clone()
     model(torch.ones(4, 3)).sum().backward()
@@ -496,3 +500,18 @@ def test_a_scheduler_stepped_with_a_metric_is_recognised_by_its_step():
     assert steps_on_metric(TransformersGreedyLR(optimizer)) and steps_on_metric(OnMetric())
     assert not steps_on_metric(torch.optim.lr_scheduler.StepLR(optimizer, 2))
     assert not steps_on_metric(torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0))
+
+
+def test_adafactor_is_ours_and_transformers_stays_unimported_without_it():
+    """A process that never imported transformers gets hf_lightning's Adafactor, and optim="adafactor" does not
+    import transformers for it."""
+    import subprocess
+
+    code = (
+        "import sys, torch; from hf_lightning import TrainingArguments; "
+        "from hf_lightning.optim import create_optimizer; from hf_lightning.optim.adafactor import Adafactor; "
+        "o = create_optimizer(torch.nn.Linear(2, 2), TrainingArguments('out', optim='adafactor', report_to='none')); "
+        "print(type(o) is Adafactor, 'transformers' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "False"]

@@ -126,8 +126,7 @@ def test_optimizer_class_and_kwargs_match_trainer(name, optim_args, tmp_path):
     ours_cls, ours_kwargs = get_optimizer_cls_and_kwargs(args)
     theirs_cls, theirs_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
     assert ours_kwargs == theirs_kwargs
-    expected_cls = Adafactor if theirs_cls is HFAdafactor else theirs_cls
-    assert ours_cls is expected_cls
+    assert ours_cls is theirs_cls  # transformers' own Adafactor once transformers is imported
 
 
 @pytest.mark.parametrize("name", HF_NAMES)
@@ -221,13 +220,17 @@ def _train_five_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.
     return model
 
 
-def test_trainer_adafactor_updates_match_over_five_steps(tmp_path):
-    """optim="adafactor" on a tiny GPT-2 gives the same weights as Trainer's Adafactor after 5 steps."""
+def test_trainer_adafactor_updates_match_over_five_steps(tmp_path, monkeypatch):
+    """optim="adafactor" on a tiny GPT-2 gives the same weights as Trainer's Adafactor after 5 steps, with our
+    Adafactor (the class used where transformers is not imported)."""
+    from hf_lightning.optim import optimizers
+
     ours_model, theirs_model = tiny_gpt2(), tiny_gpt2()
     args = TrainingArguments(
         output_dir=str(tmp_path), use_cpu=True, report_to="none", optim="adafactor", **HYPER
     )
     theirs = Trainer(model=theirs_model, args=args).create_optimizer()
+    monkeypatch.setattr(optimizers, "_adafactor_class", lambda: Adafactor)
     ours = create_optimizer(ours_model, args)
     assert isinstance(ours, Adafactor) and isinstance(theirs, HFAdafactor)
     _train_five_steps(ours_model, ours)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import types
 import warnings
 from typing import Any
@@ -109,6 +110,19 @@ def _torch_kwargs(name: str, base: dict[str, Any], optim_args: dict[str, str]) -
     return kwargs
 
 
+def _adafactor_class() -> type[torch.optim.Optimizer]:
+    """transformers' own ``Adafactor`` when the process has imported transformers (a script's ``isinstance``
+    check against it holds), else ours: the same update, state and arguments
+    (``tests/parity/test_optimizers_parity.py``); transformers is never imported for it."""
+    if "transformers" not in sys.modules:
+        return Adafactor
+    try:
+        from transformers.optimization import Adafactor as theirs
+    except ImportError:
+        return Adafactor
+    return theirs
+
+
 def _unknown(name: str) -> ValueError:
     choices = ", ".join(SUPPORTED_OPTIMIZERS + PACKAGE_OPTIMIZERS)
     return ValueError(
@@ -144,7 +158,7 @@ def get_optimizer_cls_and_kwargs(
     kwargs: dict[str, Any] = {"lr": args.learning_rate}
     if name == "adafactor":
         _warn_unused(name, list(optim_args))
-        return Adafactor, {**kwargs, "scale_parameter": False, "relative_step": False}
+        return _adafactor_class(), {**kwargs, "scale_parameter": False, "relative_step": False}
     if name in _TORCH_CLASSES:
         return _TORCH_CLASSES[name], _torch_kwargs(name, kwargs, optim_args)
     _warn_unused(name, list(optim_args))
