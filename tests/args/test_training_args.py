@@ -185,13 +185,19 @@ def test_accelerator_config_unknown_key_raises(make):
 
 def test_use_configured_state_needs_a_state_set_up_first(make, tmp_path, monkeypatch):
     """use_configured_state=True without a configured state raises as transformers does; with a started
-    process group it is accepted and consumed (the strategy reuses the group)."""
+    process group, or after earlier arguments of the process, it is accepted and consumed."""
     import torch.distributed as dist
     from accelerate.state import PartialState
 
+    from hf_lightning.args import normalize
+
     monkeypatch.setattr(PartialState, "_shared_state", {})  # other tests' transformers arguments set it up
+    monkeypatch.setattr(normalize._DEVICES, "set_up", False)  # and other tests' arguments here
     with pytest.raises(ValueError, match="use_configured_state.*PartialState.*torch.distributed"):
         make(accelerator_config={"use_configured_state": True})
+    make()  # arguments set up the devices: later ones may reuse them (sentence-transformers' defaults do)
+    assert make(accelerator_config={"use_configured_state": True}).accelerator_config.split_batches is False
+    monkeypatch.setattr(normalize._DEVICES, "set_up", False)
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         config = make(accelerator_config={"use_configured_state": True}).accelerator_config

@@ -228,6 +228,8 @@ def _accelerator_config(args: Any) -> list[str]:
     given = dict(given or {})
     if given.pop("use_configured_state", False):  # consumed here, as transformers' device set-up does
         _check_configured_state(args)
+    else:  # as transformers' arguments set up accelerate's state: a later use_configured_state=True reuses it
+        _DEVICES.set_up = True
     unknown = sorted(set(given) - set(ACCELERATOR_CONFIG_DEFAULTS))
     args.accelerator_config = AcceleratorConfig({**ACCELERATOR_CONFIG_DEFAULTS, **given})
     if unknown:
@@ -250,20 +252,28 @@ def _accelerator_config_object(args: Any) -> None:
         args.accelerator_config = dict(given.to_dict())
 
 
+class _DEVICES:
+    set_up = False
+    """Whether arguments without ``use_configured_state`` were built in this process (transformers' set up
+    accelerate's ``PartialState`` then; sentence-transformers builds its default arguments relying on it)."""
+
+
 def _check_configured_state(args: Any) -> None:
-    """``use_configured_state=True`` needs a state set up before the arguments: accelerate's
-    ``PartialState``, or a ``torch.distributed`` process group, which the Lightning strategy then reuses."""
+    """``use_configured_state=True`` needs a state set up before the arguments: earlier arguments of this
+    process, accelerate's ``PartialState``, or a ``torch.distributed`` process group, which the Lightning
+    strategy then reuses."""
     import sys
 
     partial_state = getattr(sys.modules.get("accelerate.state"), "PartialState", None)
     accelerate_state = dict(getattr(partial_state, "_shared_state", None) or {})
     dist = getattr(sys.modules.get("torch"), "distributed", None)
     group_started = dist is not None and dist.is_available() and dist.is_initialized()
-    if not accelerate_state and not group_started:
+    if not accelerate_state and not group_started and not _DEVICES.set_up:
         raise ValueError(
             f"`{type(args).__name__}(accelerator_config={{'use_configured_state': True}})` needs a state "
-            "configured before the arguments are built: accelerate's `PartialState()` or a started "
-            "`torch.distributed` process group; pass `use_configured_state=False` to let the Trainer set one up"
+            "configured before the arguments are built: earlier `TrainingArguments`, accelerate's "
+            "`PartialState()` or a started `torch.distributed` process group; pass "
+            "`use_configured_state=False` to let the Trainer set one up"
         )
     kind = str(getattr(accelerate_state.get("distributed_type"), "value", ""))
     if args.deepspeed and accelerate_state and kind != "DEEPSPEED":
