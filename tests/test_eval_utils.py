@@ -116,8 +116,9 @@ def test_shard_sampler_drop_last_keeps_complete_rounds():
         [np.array(1.5), np.array(2.5)],
         [(np.zeros((1, 2)), {"x": np.ones((1, 1, 2))}), (np.ones((2, 3)), {"x": np.ones((2, 2, 2))})],
         [torch.zeros(2, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.long)],
+        [(np.zeros((3, 2)), (np.zeros(1),) * 3), (np.ones((2, 2)), (np.ones(1),) * 2)],
     ],
-    ids=["ragged", "1d", "scalars", "nested", "torch"],
+    ids=["ragged", "1d", "scalars", "nested", "torch", "list-per-sample"],
 )
 def test_concat_batches_equals_concatenating_one_by_one(batches):
     """Concatenating all batches at once (even consuming the list) equals transformers' batch-by-batch way."""

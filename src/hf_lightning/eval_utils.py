@@ -148,7 +148,9 @@ def concat_batches(batches: list[Any], padding_index: int = IGNORE_INDEX, consum
                 f"{type(first).__name__} then {type(batch).__name__}"
             )
     if isinstance(first, (list, tuple)):
-        columns = [[b[i] for b in batches] for i in range(len(first))]
+        # as nested_concat's zip: a list whose length changes between batches (one entry per image of a
+        # batch, DETR's list of per-image label dicts) keeps as many entries as the shortest batch has
+        columns = [[b[i] for b in batches] for i in range(min(len(b) for b in batches))]
         if consume:
             batches.clear()
         return type(first)(concat_batches(column, padding_index, consume) for column in columns)

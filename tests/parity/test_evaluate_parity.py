@@ -328,3 +328,42 @@ def test_liger_loss_only_evaluation_passes_skip_logits_as_transformers(tmp_path,
         seen[name] = model.calls[-2:]  # the two evaluation batches (ours probes the loss rule before them)
     assert seen["ours"] == seen["theirs"]
     assert all(("skip_logits" in kwargs) is (metrics is None) for kwargs in seen["ours"])
+
+
+class PerSampleOutputs(torch.nn.Module):
+    """Outputs a tuple with one entry per sample of the batch (as Qwen2-VL's per-image outputs; DETR's labels
+    are such a list), so its length changes at a partial last batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 2)
+
+    def forward(self, x, labels=None):
+        logits = self.lin(x)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(logits, labels)
+        return {"loss": loss, "logits": logits, "per_sample": tuple(logits[i : i + 1] for i in range(len(x)))}
+
+
+def test_outputs_whose_list_length_changes_between_batches_match(tmp_path):
+    """A list output that is shorter in the partial last batch is kept as transformers keeps it (as long as
+    the shortest batch's), not a crash."""
+    data = [
+        {"x": torch.randn(4, generator=torch.Generator().manual_seed(i)), "labels": i % 2} for i in range(5)
+    ]
+    found = {}
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(str(tmp_path / lib.__name__), per_device_eval_batch_size=3, report_to="none",
+                                     use_cpu=True, disable_tqdm=True)  # fmt: skip
+        found[lib.__name__] = lib.Trainer(model=PerSampleOutputs(), args=args).predict(data)
+    ours, theirs = found["hf_lightning"], found["transformers"]
+    assert len(ours.predictions[1]) == len(theirs.predictions[1]) == 2
+    for a, b in zip(_leaves_of(ours.predictions), _leaves_of(theirs.predictions)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert ours.metrics.keys() == theirs.metrics.keys()
+
+
+def _leaves_of(value):
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves_of(item)]
+    return [value]
