@@ -131,7 +131,10 @@ def probe_loss_rule(
     declared = getattr(_base_model(key), "accepts_loss_kwargs", None) is True
     with _QuietProbe(model):
         rule = _probe(model, batch, accepts_loss_kwargs, registry, declared)
-    _warn_assumptions(key, rule, accepts_loss_kwargs, _multi_dim(batch.get("labels")))
+    labels = batch.get("labels")
+    # labels that are not one tensor (DETR's list of dicts) give no count: the loss is divided by the steps
+    counted = accepts_loss_kwargs and isinstance(labels, torch.Tensor)
+    _warn_assumptions(key, rule, counted, _multi_dim(labels))
     _RULES[key] = rule
     return rule
 
