@@ -367,3 +367,31 @@ def _leaves_of(value):
     if isinstance(value, (list, tuple)):
         return [leaf for item in value for leaf in _leaves_of(item)]
     return [value]
+
+
+class TwoRowsPerSample(PerSampleOutputs):
+    """An output that is not batch-first: two rows per sample (as a vision model's per-patch outputs)."""
+
+    def forward(self, x, labels=None):
+        outputs = super().forward(x, labels)
+        return {
+            "loss": outputs["loss"],
+            "logits": outputs["logits"],
+            "patches": outputs["logits"].repeat(2, 1),
+        }
+
+
+def test_outputs_that_are_not_batch_first_keep_every_row(tmp_path):
+    """On one process every row of an output is kept (10 rows for 5 samples); transformers cuts the last
+    batch's outputs to its number of samples (4 rows to 2: 8 in all), losing rows that are not per-sample
+    (divergences.md)."""
+    data = [
+        {"x": torch.randn(4, generator=torch.Generator().manual_seed(i)), "labels": i % 2} for i in range(5)
+    ]
+    found = {}
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(str(tmp_path / lib.__name__), per_device_eval_batch_size=3, report_to="none",
+                                     use_cpu=True, disable_tqdm=True)  # fmt: skip
+        found[lib.__name__] = lib.Trainer(model=TwoRowsPerSample(), args=args).predict(data).predictions
+    assert found["hf_lightning"][1].shape == (10, 2) and found["transformers"][1].shape == (8, 2)
+    np.testing.assert_allclose(found["hf_lightning"][0], found["transformers"][0], rtol=1e-6)
