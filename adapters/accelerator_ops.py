@@ -17,7 +17,7 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from .evaluation import ensure_process_group
+from hf_lightning.process_group import ensure_process_group
 
 __all__ = [
     "Collective",
@@ -46,9 +46,11 @@ class Collective:
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every process's ``tensor`` concatenated along the first dimension, in rank order."""
-        if self.strategy is not None:
-            stacked = self.strategy.all_gather(tensor)
-            return stacked.reshape(-1, *tensor.shape[1:])
+        # torch's collective itself, during a fit too: Lightning's strategy.all_gather goes through
+        # torch.distributed.nn.functional.all_gather, which warns (deprecated) on every rank
+        tensor = tensor.contiguous().reshape(-1, *tensor.shape[1:])  # a scalar gathers as one row
+        if self.world <= 1 or (self.strategy is not None and not dist.is_initialized()):
+            return tensor
         self._ready()
         parts = [torch.empty_like(tensor) for _ in range(self.world)]
         dist.all_gather(parts, tensor)

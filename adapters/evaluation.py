@@ -18,13 +18,11 @@ group if nobody did (backend ``ddp_backend``, else nccl on CUDA and gloo on CPU)
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import math
 import os
 import time
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
 from typing import Any, Literal, cast
 
 import torch
@@ -34,13 +32,12 @@ from torch.utils.data import BatchSampler
 from hf_lightning.checkpoint.sharded import fsdp_root
 from hf_lightning.eval_utils import IGNORE_INDEX, nested_truncate, pad_to_length
 from hf_lightning.plan.groups import EvalSettings
+from hf_lightning.process_group import ensure_process_group
 
 __all__ = [
     "EvalCollective",
     "EvalEngine",
     "EvalShardSampler",
-    "close_process_group_at_exit",
-    "ensure_process_group",
 ]
 
 
@@ -78,45 +75,6 @@ class EvalShardSampler(BatchSampler):
         """How many rows of the gathered batch of round ``step`` are real samples (not repeats)."""
         round_size = self.batch_size * self.num_replicas
         return max(0, min(round_size, self.num_samples - step * round_size))
-
-
-def ensure_process_group(
-    backend: str | None = None, timeout_s: int | None = None, device_type: str = "cpu"
-) -> bool:
-    """Whether a default process group with several ranks exists, initialising it from the launcher's
-    environment (``WORLD_SIZE`` > 1, ``MASTER_ADDR``, ...) when nobody has (nccl for CUDA devices,
-    gloo otherwise, unless ``backend`` says)."""
-    if not dist.is_available():
-        return False
-    if dist.is_initialized():
-        return dist.get_world_size() > 1
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return False
-    backend = backend or ("nccl" if device_type == "cuda" else "gloo")
-    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
-    dist.init_process_group(backend=backend, **kwargs)
-    close_process_group_at_exit()
-    return dist.get_world_size() > 1
-
-
-_closing_registered = False
-
-
-def close_process_group_at_exit() -> None:
-    """Close the default process group when the interpreter ends, if one is open then.
-
-    A gloo group still alive at interpreter shutdown can abort a process that finished all its work
-    ("terminate called without an active exception", exit code 134); Lightning opens the group for a
-    fit and leaves it open."""
-    global _closing_registered
-    if not _closing_registered and dist.is_available() and dist.is_initialized():
-        atexit.register(_destroy_process_group)
-        _closing_registered = True
-
-
-def _destroy_process_group() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 class EvalCollective:

@@ -18,8 +18,9 @@ from typing import Any
 import lightning as L
 import torch
 
+from hf_lightning.process_group import close_process_group_at_exit
+
 from .allocator import retain_freed_memory
-from .evaluation import close_process_group_at_exit
 from .module import HFModule
 from .plan import to_lightning
 from .windows import AccumulationWindows

@@ -104,10 +104,19 @@ def train(strategy: str, out_dir: str, batch_size: int, ga: int) -> tuple[list[l
 def ddp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict]]:
     """Every strategy trained on 2 processes: per strategy, each rank's ``{"batches", "state"}``."""
     out = tmp_path_factory.mktemp("ddp_train")
-    run_ranks(__file__, [str(out)], world=WORLD)
-    return {
+    logs = run_ranks(__file__, [str(out)], world=WORLD)
+    runs: dict[str, list] = {
         s: [torch.load(out / f"{s}_rank{r}.pt", weights_only=True) for r in range(WORLD)] for s in STRATEGIES
     }
+    runs["logs"] = [text for _, text in logs]
+    return runs
+
+
+def test_no_rank_prints_a_deprecation_warning(ddp_runs) -> None:
+    """The logged loss is gathered with torch's own collective: no rank prints the deprecation warning of
+    torch.distributed.nn.functional.all_gather (Lightning's strategy.all_gather), as under transformers."""
+    for text in ddp_runs["logs"]:
+        assert "all_gather is deprecated" not in text
 
 
 def steps_of(rank_runs: list[dict]) -> list[list[int]]:

@@ -101,6 +101,12 @@ def _distributed() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
+def _open_process_group(args: TrainingArguments) -> bool:
+    from hf_lightning.process_group import ensure_process_group
+
+    return ensure_process_group(args.ddp_backend, args.ddp_timeout, args.device.type)
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name)
     if value in (None, "") and "SLURM_NTASKS" in os.environ:  # an srun task's variables stand for torchrun's
@@ -282,9 +288,10 @@ def get_warmup_steps(args: TrainingArguments, num_training_steps: int) -> int:
 def main_process_first(args: TrainingArguments, local: bool = True, desc: str = "work") -> Iterator[None]:
     """Run the block on the main process first (of each node when ``local``), the others after it.
 
-    The wait is a ``torch.distributed.barrier``, used only when a process group is initialised.
+    The wait is a ``torch.distributed.barrier``; under a launcher (``WORLD_SIZE`` > 1) the default process
+    group is opened for it when nobody has yet, as transformers' arguments have it open by then.
     """
-    if args.world_size <= 1 or not _distributed():
+    if args.world_size <= 1 or not (_distributed() or _open_process_group(args)):
         yield
         return
     is_main = (args.local_process_index if local else args.process_index) == 0

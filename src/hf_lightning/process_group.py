@@ -1,0 +1,52 @@
+"""The default ``torch.distributed`` process group of a launched job (torchrun's ``WORLD_SIZE`` > 1), opened
+when someone needs it before a fit (``main_process_first``, a standalone evaluation, the accelerator's
+collectives) and closed when the interpreter ends. Lightning's strategy reuses a group opened here."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch.distributed as dist
+
+__all__ = ["close_process_group_at_exit", "ensure_process_group"]
+
+_closing_registered = False
+
+
+def ensure_process_group(
+    backend: str | None = None, timeout_s: int | None = None, device_type: str = "cpu"
+) -> bool:
+    """Whether a default process group with several ranks exists, initialising it from the launcher's
+    environment (``WORLD_SIZE`` > 1, ``MASTER_ADDR``, ...) when nobody has (nccl for CUDA devices,
+    gloo otherwise, unless ``backend`` says)."""
+    if not dist.is_available():
+        return False
+    if dist.is_initialized():
+        return dist.get_world_size() > 1
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    backend = backend or ("nccl" if device_type == "cuda" else "gloo")
+    kwargs: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)} if timeout_s else {}
+    dist.init_process_group(backend=backend, **kwargs)
+    close_process_group_at_exit()
+    return dist.get_world_size() > 1
+
+
+def close_process_group_at_exit() -> None:
+    """Close the default process group when the interpreter ends, if one is open then.
+
+    A gloo group still alive at interpreter shutdown can abort a process that finished all its work
+    ("terminate called without an active exception", exit code 134); Lightning opens the group for a
+    fit and leaves it open."""
+    global _closing_registered
+    if not _closing_registered and dist.is_available() and dist.is_initialized():
+        atexit.register(_destroy_process_group)
+        _closing_registered = True
+
+
+def _destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
