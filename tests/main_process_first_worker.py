@@ -18,5 +18,13 @@ with args.main_process_first(desc="dataset map pre-processing"):
     if args.process_index == 0:
         time.sleep(1.0)
     left = time.time()
-times = {"entered": entered, "left": left, "group": dist.is_initialized(), "rank": dist.get_rank()}
+state = args.distributed_state  # accelerate's PartialState methods, as transformers' arguments offer them
+with state.main_process_first():
+    state_entered = time.time()
+    if args.process_index == 0:
+        time.sleep(1.0)
+    state_left = time.time()
+state.wait_for_everyone()
+times = {"entered": entered, "left": left, "group": dist.is_initialized(), "rank": dist.get_rank(),
+         "state_entered": state_entered, "state_left": state_left, "backend": state.backend}  # fmt: skip
 (out / f"rank{args.process_index}.json").write_text(json.dumps(times), encoding="utf-8")

@@ -338,6 +338,11 @@ def test_training_arguments_distributed_state_and_deepspeed_plugin(tmp_path):
     for name in ("distributed_type", "num_processes", "process_index", "local_process_index", "device",
                  "is_main_process", "is_local_main_process", "use_distributed"):  # fmt: skip
         assert getattr(ours.distributed_state, name) == getattr(theirs.distributed_state, name), name
+    for state in (ours.distributed_state, theirs.distributed_state):  # PartialState's methods, one process
+        state.wait_for_everyone()
+        with state.main_process_first(), state.local_main_process_first():
+            state.print("main process first")
+    assert ours.distributed_state.initialized is theirs.distributed_state.initialized is True
     config = {"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto"}
     plugin = TrainingArguments(
         str(tmp_path), use_cpu=True, report_to="none", deepspeed=config

@@ -22,3 +22,5 @@ def test_the_other_ranks_enter_after_the_main_process_left(tmp_path):
     main, other = (json.loads((tmp_path / f"rank{r}.json").read_text(encoding="utf-8")) for r in (0, 1))
     assert other["entered"] >= main["left"]
     assert main["group"] and other["group"] and (main["rank"], other["rank"]) == (0, 1)
+    assert other["state_entered"] >= main["state_left"]  # args.distributed_state.main_process_first()
+    assert main["backend"] == other["backend"] == "gloo"

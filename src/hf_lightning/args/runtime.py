@@ -216,6 +216,35 @@ class DistributedState:
         self.is_main_process = self.process_index == 0
         self.is_local_main_process = self.local_process_index == 0
         self.is_last_process = self.process_index == self.num_processes - 1
+        self._args = args
+
+    @property
+    def initialized(self) -> bool:
+        """Always True: the state is read from the launcher's variables when asked for."""
+        return True
+
+    @property
+    def backend(self) -> str | None:
+        """The open process group's backend (None on one process, or before the group is opened)."""
+        return _torch().distributed.get_backend() if _distributed() else None
+
+    def wait_for_everyone(self) -> None:
+        """A barrier over the processes (opening the launcher's group when nobody has); nothing on one."""
+        if self.num_processes > 1 and (_distributed() or _open_process_group(self._args)):
+            _torch().distributed.barrier()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """The block on the main process first, then on the others (``args.main_process_first(local=False)``)."""
+        return main_process_first(self._args, local=False)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """The block on each node's main process first, then on the node's others."""
+        return main_process_first(self._args, local=True)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the local main process only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
 
     def __repr__(self) -> str:
         return (
