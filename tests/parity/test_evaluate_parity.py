@@ -348,6 +348,15 @@ class PerSampleOutputs(torch.nn.Module):
 def test_outputs_whose_list_length_changes_between_batches_match(tmp_path):
     """A list output that is shorter in the partial last batch is kept as transformers keeps it (as long as
     the shortest batch's), not a crash."""
+    ours, theirs = _predict_five_in_batches_of_three(tmp_path, PerSampleOutputs)
+    assert len(ours.predictions[1]) == len(theirs.predictions[1]) == 2
+    for a, b in zip(_leaves_of(ours.predictions), _leaves_of(theirs.predictions)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert ours.metrics.keys() == theirs.metrics.keys()
+
+
+def _predict_five_in_batches_of_three(tmp_path, model_cls) -> tuple:
+    """(hf_lightning's, transformers') ``predict`` of ``model_cls()`` on 5 samples in batches of 3."""
     data = [
         {"x": torch.randn(4, generator=torch.Generator().manual_seed(i)), "labels": i % 2} for i in range(5)
     ]
@@ -355,12 +364,8 @@ def test_outputs_whose_list_length_changes_between_batches_match(tmp_path):
     for lib in (transformers, hf_lightning):
         args = lib.TrainingArguments(str(tmp_path / lib.__name__), per_device_eval_batch_size=3, report_to="none",
                                      use_cpu=True, disable_tqdm=True)  # fmt: skip
-        found[lib.__name__] = lib.Trainer(model=PerSampleOutputs(), args=args).predict(data)
-    ours, theirs = found["hf_lightning"], found["transformers"]
-    assert len(ours.predictions[1]) == len(theirs.predictions[1]) == 2
-    for a, b in zip(_leaves_of(ours.predictions), _leaves_of(theirs.predictions)):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
-    assert ours.metrics.keys() == theirs.metrics.keys()
+        found[lib.__name__] = lib.Trainer(model=model_cls(), args=args).predict(data)
+    return found["hf_lightning"], found["transformers"]
 
 
 def _leaves_of(value):
@@ -385,13 +390,8 @@ def test_outputs_that_are_not_batch_first_keep_every_row(tmp_path):
     """On one process every row of an output is kept (10 rows for 5 samples); transformers cuts the last
     batch's outputs to its number of samples (4 rows to 2: 8 in all), losing rows that are not per-sample
     (divergences.md)."""
-    data = [
-        {"x": torch.randn(4, generator=torch.Generator().manual_seed(i)), "labels": i % 2} for i in range(5)
-    ]
-    found = {}
-    for lib in (transformers, hf_lightning):
-        args = lib.TrainingArguments(str(tmp_path / lib.__name__), per_device_eval_batch_size=3, report_to="none",
-                                     use_cpu=True, disable_tqdm=True)  # fmt: skip
-        found[lib.__name__] = lib.Trainer(model=TwoRowsPerSample(), args=args).predict(data).predictions
-    assert found["hf_lightning"][1].shape == (10, 2) and found["transformers"][1].shape == (8, 2)
-    np.testing.assert_allclose(found["hf_lightning"][0], found["transformers"][0], rtol=1e-6)
+    ours, theirs = (
+        output.predictions for output in _predict_five_in_batches_of_three(tmp_path, TwoRowsPerSample)
+    )
+    assert ours[1].shape == (10, 2) and theirs[1].shape == (8, 2)
+    np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
