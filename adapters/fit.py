@@ -158,7 +158,7 @@ def run_fit(request: FitRequest) -> HFModule:
     try:
         with _quiet_lightning(plan.process_log_level):
             engine = L.Trainer(**kwargs)
-            engine.fit(module, train_dataloaders=windows)
+            _fit_keeping_interrupts(engine, module, windows)
             if not getattr(request.driver, "began", True):  # a resumed run already at max_steps: Lightning
                 request.driver.on_train_begin()  # skips its loop; transformers still begins it (no step runs)
     finally:
@@ -168,3 +168,26 @@ def run_fit(request: FitRequest) -> HFModule:
         if world_size is not None:
             os.environ["WORLD_SIZE"] = world_size
     return module
+
+
+class _Interrupted(BaseException):
+    """Carries a ``KeyboardInterrupt`` through Lightning's entry point, which would turn it into ``exit(1)``."""
+
+
+def _fit_keeping_interrupts(engine: L.Trainer, module: Any, windows: Any) -> None:
+    """``engine.fit``, with Ctrl+C raised to the caller as transformers' loop raises it (exit code 130, the
+    user's ``except KeyboardInterrupt`` runs). Lightning's cleanup of an exception (callbacks'
+    ``on_exception``, teardown) still runs."""
+    fit_impl = engine._fit_impl
+
+    def fit_impl_passing_interrupts(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fit_impl(*args, **kwargs)
+        except KeyboardInterrupt as interrupt:
+            raise _Interrupted(interrupt) from interrupt
+
+    engine._fit_impl = fit_impl_passing_interrupts  # type: ignore[method-assign]
+    try:
+        engine.fit(module, train_dataloaders=windows)
+    except _Interrupted as carried:
+        raise carried.args[0] from None

@@ -586,5 +586,8 @@ def test_accelerator_config_takes_the_dataclass_and_reads_like_it(make):
     assert config.even_batches is False and config["split_batches"] is False
     assert config.to_dict() == dict(config) and "use_configured_state" not in config
     assert make(accelerator_config={"split_batches": True}).accelerator_config.split_batches is True
-    with pytest.raises(NotImplementedError, match="accelerator_config=AcceleratorConfig.*fully constructed"):
+    with pytest.raises(
+        NotImplementedError,
+        match="Tried passing in a callable to `accelerator_config`.*accelerator_config=AcceleratorConfig",
+    ):
         make(accelerator_config=AcceleratorConfig)

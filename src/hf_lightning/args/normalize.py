@@ -244,9 +244,9 @@ def _accelerator_config_object(args: Any) -> None:
     given = args.accelerator_config
     if isinstance(given, type):
         raise NotImplementedError(
-            f"`{type(args).__name__}(accelerator_config={given.__name__})`: tried passing in a callable to "
-            "`accelerator_config`, but this is not supported. Please pass in a fully constructed "
-            "`AcceleratorConfig` object (or a dict, or the path of a JSON file) instead."
+            "Tried passing in a callable to `accelerator_config`, but this is not supported. Please pass in a "
+            f"fully constructed `AcceleratorConfig` object instead (`{type(args).__name__}(accelerator_config="
+            f"{given.__name__})`; a dict or the path of a JSON file also works)."
         )
     if given is not None and not isinstance(given, (dict, str)) and callable(getattr(given, "to_dict", None)):
         args.accelerator_config = dict(given.to_dict())

@@ -213,7 +213,7 @@ def _final_prune(checkpoints: list[str], best: str) -> list[str]:
         return []
     doomed = [path for path in checkpoints if not _same_path(path, best)]
     for path in doomed:
-        logger.info("Deleting checkpoint `%s` (save_total_limit=1 keeps only the best one).", path)
+        logger.info("Deleting older checkpoint [%s] due to args.save_total_limit", path)
         remove_folder(path)
     return doomed
 
@@ -250,7 +250,7 @@ def rotate_checkpoints(
         if len(checkpoints) - len(deleted) <= keep:
             break
         if not any(_same_path(path, kept) for kept in protected):
-            logger.info("Deleting older checkpoint `%s` (save_total_limit=%d).", path, save_total_limit)
+            logger.debug("Deleting older checkpoint `%s` (save_total_limit=%d).", path, save_total_limit)
             if not set_aside(path):  # hidden now, deleted once the newest checkpoint is durable
                 remove_folder(path)
             deleted.append(path)

@@ -176,11 +176,15 @@ class DataLoaderBuilder:
         batch_size: int,
         sampler_fn: Any = None,
         is_training: bool = False,
+        dataloader_key: str | None = None,
     ) -> DataLoader | DispatchedBatches:
         """``Trainer._get_dataloader``: columns, collator, sampler and workers for ``dataset``.
 
         A DataLoader's ``total_batch_size`` is the batch of one step over every process (accelerate's
-        prepared loaders, which transformers returns, have it; ``DispatchedBatches`` counts its own)."""
+        prepared loaders, which transformers returns, have it; ``DispatchedBatches`` counts its own).
+        ``dataloader_key`` (transformers' cache key for persistent-worker loaders) is accepted; every call
+        builds a new loader here."""
+        del dataloader_key
         loader = self._build(dataset, description, batch_size, sampler_fn, is_training)
         if isinstance(loader, DataLoader):
             loader.total_batch_size = batch_size * max(1, self.trainer.args.world_size)
@@ -201,7 +205,7 @@ class DataLoaderBuilder:
         dataset, collator = self._without_unused_columns(dataset, description)
         params = self._loader_params(batch_size, collator)
         if not isinstance(dataset, IterableDataset):
-            sampler = sampler_fn(dataset, lengths) if sampler_fn is not None else None
+            sampler = _call_sampler_fn(sampler_fn, dataset, lengths)
             if _is_batch_sampler(sampler):
                 params.pop("batch_size")
                 params["batch_sampler"] = sampler
@@ -303,3 +307,18 @@ class DataLoaderBuilder:
             names = getattr(processing_class, "model_input_names", None)
             name = names[0] if names else None
         return compute_lengths(dataset, self.trainer.plan.data.length_column_name, name)
+
+
+def _call_sampler_fn(sampler_fn: Any, dataset: Any, lengths: list[int] | None) -> Any:
+    """``sampler_fn(dataset)``, as transformers calls it, with the lengths only where it takes a second
+    argument (a subclass's ``_get_train_sampler(self, train_dataset=None)`` takes one)."""
+    if sampler_fn is None:
+        return None
+    try:
+        params = list(inspect.signature(sampler_fn).parameters.values())
+    except (TypeError, ValueError):
+        return sampler_fn(dataset)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return sampler_fn(dataset, lengths)
+    return sampler_fn(dataset)

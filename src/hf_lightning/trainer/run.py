@@ -68,6 +68,8 @@ RUN_ATTRIBUTES = {
     "model_wrapped": "model_wrapped",
     "deepspeed": "deepspeed",
     "_memory_tracker": "memory_tracker",
+    "_globalstep_last_logged": "globalstep_last_logged",
+    "_total_loss_scalar": "total_loss_scalar",
 }
 """transformers' Trainer attribute -> the ``TrainingRun`` attribute that holds it."""
 

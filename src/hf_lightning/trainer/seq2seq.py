@@ -85,7 +85,8 @@ class Seq2SeqTrainer(Trainer):
                 validate(strict=True)
             except ValueError as error:
                 raise ValueError(
-                    f"`Seq2SeqTrainingArguments(generation_config=...)` is invalid: {error}"
+                    f"`Seq2SeqTrainingArguments(generation_config=...)` is invalid: {error}\n"
+                    "Fix these issues to train your model."
                 ) from error
         return config
 

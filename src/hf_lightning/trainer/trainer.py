@@ -91,7 +91,7 @@ class Trainer:
     current_gradient_accumulation_steps, _trial, model_wrapped, deepspeed, _memory_tracker = held_by.views(
         "run", 5, RUN_ATTRIBUTES
     )
-    # transformers' search attributes, held by the search (hpsearch.py)
+    _globalstep_last_logged, _total_loss_scalar = held_by.views("run", 2, RUN_ATTRIBUTES)  # TRL reads them
     hp_search_backend, hp_space, hp_name, compute_objective, objective = held_by.views("search", 5)
     hub_model_id = held_by("hub")  # the repository init_hf_repo created (hub.py)
     _signature_columns = held_by("loaders", {"_signature_columns": "columns"})  # the model's inputs (data.py)
@@ -166,8 +166,8 @@ class Trainer:
         self.hub.open_repository()  # init_hf_repo when push_to_hub, as transformers' __init__
         self._init_bookkeeping()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
-        if getattr(self.model, "config", None) is not None and hasattr(self.model.config, "use_cache"):
-            self.model.config.use_cache = self.plan.runtime.use_cache
+        if getattr(self.model, "config", None) is not None:  # any config, as transformers: config.json has it
+            self.model.config.use_cache = self.plan.runtime.use_cache  # type: ignore[union-attr]
         self._memory_tracker.stop_and_update_metrics()
 
     def _build_parts(self) -> None:

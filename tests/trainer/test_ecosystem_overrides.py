@@ -1,0 +1,149 @@
+"""What subclasses from the ecosystem (TRL) and scripts observe of the Trainer, as on transformers:
+transformers' signatures of the overridable hooks, its run attributes, Ctrl+C and ``config.use_cache``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from torch.utils.data import RandomSampler, SequentialSampler
+
+from hf_lightning import Trainer, TrainingArguments
+from tests.tiny import RegressionModel, regression_data
+
+
+def _args(tmp_path, **kw):
+    base = dict(
+        per_device_train_batch_size=8, max_steps=4, report_to="none", disable_tqdm=True, save_strategy="no"
+    )
+    base.update(kw)
+    return TrainingArguments(str(tmp_path / "out"), **base)
+
+
+class OneArgSamplers(Trainer):
+    """Overrides with transformers' signatures: ``_get_train_sampler(self, train_dataset=None)``."""
+
+    calls: list[str]
+
+    def _get_train_sampler(self, train_dataset=None):
+        self.calls.append("train")
+        return RandomSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset):
+        self.calls.append("eval")
+        return SequentialSampler(eval_dataset)
+
+
+def test_sampler_overrides_with_transformers_signature_are_called_with_the_dataset(tmp_path):
+    data = regression_data(32)
+    trainer = OneArgSamplers(RegressionModel(), _args(tmp_path), train_dataset=data, eval_dataset=data[:8])
+    trainer.calls = []
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert trainer.calls == ["train", "eval"]
+    assert "eval_loss" in metrics
+
+
+def test_get_dataloader_takes_transformers_dataloader_key(tmp_path):
+    data = regression_data(16)
+    trainer = Trainer(RegressionModel(), _args(tmp_path), eval_dataset={"a": data})
+    loader = trainer._get_dataloader(
+        data, "Evaluation", 4, sampler_fn=trainer._get_eval_sampler, dataloader_key="a"
+    )
+    assert len(loader) == 4
+
+
+class LogsLikeOnlineDPO(Trainer):
+    """Reads and writes transformers' run attributes in its own ``_maybe_log_save_evaluate``, as TRL's do."""
+
+    def _maybe_log_save_evaluate(
+        self, tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time, learning_rate=None
+    ):
+        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
+            loss = tr_loss.item()
+            tr_loss -= tr_loss
+            steps = self.state.global_step - self._globalstep_last_logged
+            self._total_loss_scalar += loss
+            self._globalstep_last_logged = self.state.global_step
+            self.log({"loss": round(loss / steps, 4), "steps_logged": steps})
+        if self.control.should_save:
+            self._save_checkpoint(model, trial)
+            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+
+def test_run_attributes_read_and_written_by_a_subclass(tmp_path):
+    trainer = LogsLikeOnlineDPO(
+        RegressionModel(), _args(tmp_path, logging_steps=2), train_dataset=regression_data(32)
+    )
+    result = trainer.train()
+    logged = [e for e in trainer.state.log_history if "steps_logged" in e]
+    assert [e["step"] for e in logged] == [2, 4]
+    assert all(e["steps_logged"] == 2 for e in logged)
+    assert trainer._globalstep_last_logged == 4
+    # train_loss comes from the total the subclass kept: the mean of the logged losses
+    assert result.training_loss == pytest.approx(sum(e["loss"] for e in logged) * 2 / 4, rel=1e-3)
+
+
+def test_use_cache_is_written_to_every_config(tmp_path):
+    from transformers import ViTConfig, ViTForImageClassification
+
+    model = ViTForImageClassification(
+        ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            image_size=8,
+            patch_size=4,
+            num_labels=2,
+        )
+    )
+    assert not hasattr(model.config, "use_cache") or "use_cache" not in model.config.to_diff_dict()
+    trainer = Trainer(model, _args(tmp_path))
+    trainer.save_model()
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["use_cache"] is False
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {root!r})
+    from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+    from tests.tiny import RegressionModel, regression_data
+
+    class CtrlC(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 2:
+                raise KeyboardInterrupt
+    args = TrainingArguments({out!r}, max_steps=5, per_device_train_batch_size=8, report_to="none",
+                             disable_tqdm=True, save_strategy="no")
+    trainer = Trainer(RegressionModel(), args, train_dataset=regression_data(64), callbacks=[CtrlC()])
+    if sys.argv[1] == "catch":
+        try:
+            trainer.train()
+        except KeyboardInterrupt:
+            print("caught at step", trainer.state.global_step)
+            sys.exit(3)
+    trainer.train()
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["catch", "plain"])
+def test_ctrl_c_reaches_the_script_as_keyboard_interrupt(tmp_path, mode):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(root=root, out=str(tmp_path / "out")))
+    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300)
+    if mode == "catch":
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        assert "caught at step 2" in proc.stdout
+    else:  # Python's own ending of an uncaught KeyboardInterrupt, as under transformers
+        assert proc.returncode == 130 or proc.returncode == -2, proc.stderr[-2000:]
+        assert "KeyboardInterrupt" in proc.stderr
