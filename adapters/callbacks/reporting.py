@@ -47,6 +47,8 @@ def default_run_dir() -> str:
 class TensorBoardReporter(TrainerCallback):
     """``report_to="tensorboard"``: transformers' TensorBoard layout, tags and text summaries."""
 
+    transformers_names = ("TensorBoardCallback",)  # pop_callback(transformers' class) finds it (handler.py)
+
     def __init__(self, logging_dir: str | None = None) -> None:
         self.logging_dir = os.path.expanduser(logging_dir) if logging_dir else None
         self.tb_logger: Any = None  # lightning's TensorBoardLogger while a writer is open

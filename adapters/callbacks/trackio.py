@@ -62,6 +62,8 @@ def _import_trackio() -> Any:
 class TrackioReporter(TrainerCallback):
     """Reports the run to Trackio as transformers' ``TrackioCallback`` does (see the module docstring)."""
 
+    transformers_names = ("TrackioCallback",)  # pop_callback(transformers' class) finds it (handler.py)
+
     def __init__(self) -> None:
         self._trackio = _import_trackio()
         self._initialized = False

@@ -147,3 +147,21 @@ def test_ctrl_c_reaches_the_script_as_keyboard_interrupt(tmp_path, mode):
     else:  # Python's own ending of an uncaught KeyboardInterrupt, as under transformers
         assert proc.returncode == 130 or proc.returncode == -2, proc.stderr[-2000:]
         assert "KeyboardInterrupt" in proc.stderr
+
+
+def test_pop_and_remove_callback_take_transformers_classes(tmp_path):
+    """A script that swaps only the Trainer import still names transformers' callback classes."""
+    import transformers
+    from transformers.integrations import TensorBoardCallback
+
+    args = _args(tmp_path, report_to="tensorboard", logging_steps=1)
+    trainer = Trainer(RegressionModel(), args, train_dataset=regression_data(32))
+    popped = trainer.pop_callback(TensorBoardCallback)
+    assert popped is not None and type(popped).__name__ == "TensorBoardReporter"
+    printer = trainer.pop_callback(transformers.PrinterCallback)
+    assert printer is not None and type(printer).__name__ == "PrinterCallback"
+    trainer.add_callback(printer)
+    trainer.remove_callback(transformers.PrinterCallback)
+    assert [type(cb).__name__ for cb in trainer.callback_handler.callbacks] == ["DefaultFlowCallback"]
+    trainer.train()
+    assert not [f for f in tmp_path.rglob("events.out.tfevents*")]

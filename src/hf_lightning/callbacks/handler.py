@@ -52,7 +52,7 @@ class CallbackHandler(TrainerCallback):
         """Append a callback; a class is instantiated first. Warns when one of that class is already there."""
         instance = callback() if isinstance(callback, type) else callback
         cls = callback if isinstance(callback, type) else type(callback)
-        if cls in [type(cb) for cb in self.callbacks]:
+        if cls in [type(cb) for cb in self.callbacks] or any(_stands_for(cb, cls) for cb in self.callbacks):
             logger.warning(  # transformers' words, to the character, formatted before the call as there
                 f"You are adding a {cls} to the callbacks of this Trainer, but there is already one. The current"
                 f"list of callbacks is\n:{self.callback_list}"
@@ -62,7 +62,7 @@ class CallbackHandler(TrainerCallback):
     def pop_callback(self, callback) -> TrainerCallback | None:
         """Remove and return the first callback of this class, or this very instance; None if absent."""
         for cb in self.callbacks:
-            if isinstance(cb, callback) if isinstance(callback, type) else cb == callback:
+            if _is_of_class(cb, callback) if isinstance(callback, type) else cb == callback:
                 self.callbacks.remove(cb)
                 return cb
         return None
@@ -162,3 +162,22 @@ class CallbackHandler(TrainerCallback):
             if result is not None:
                 control = result
         return control
+
+
+def _stands_for(callback: Any, cls: type) -> bool:
+    """Whether ``callback`` (one of hf_lightning's) is what transformers' class ``cls`` is in transformers: a
+    script that swaps only the Trainer import still names transformers' ``PrinterCallback`` or
+    ``TensorBoardCallback`` in ``pop_callback``/``remove_callback``. A class says which transformers names
+    it stands for in ``transformers_names`` (default: its own name)."""
+    if not getattr(cls, "__module__", "").startswith("transformers."):
+        return False
+    for base in type(callback).__mro__:
+        if base.__module__.startswith("hf_lightning") and cls.__name__ in getattr(
+            base, "transformers_names", (base.__name__,)
+        ):
+            return True
+    return False
+
+
+def _is_of_class(callback: Any, cls: type) -> bool:
+    return isinstance(callback, cls) or _stands_for(callback, cls)
