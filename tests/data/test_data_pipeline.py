@@ -219,8 +219,12 @@ class Stream(IterableDataset):
 
 
 def test_iterable_dataset_without_max_steps_names_max_steps(tmp_path) -> None:
-    """An IterableDataset has no length to count epochs: train() asks for max_steps."""
-    trainer = make_trainer(tmp_path, Stream(), PadCollator())
+    """An IterableDataset has no length to count epochs: Trainer() asks for max_steps, as transformers; a
+    dataset without length given later (trainer.train_dataset = ...) is refused by train()."""
+    with pytest.raises(ValueError, match=r"max_steps"):
+        make_trainer(tmp_path, Stream(), PadCollator())
+    trainer = make_trainer(tmp_path, None, PadCollator())
+    trainer.train_dataset = Stream()
     with pytest.raises(ValueError, match=r"max_steps"):
         trainer.train()
 

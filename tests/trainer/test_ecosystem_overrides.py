@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from torch.utils.data import RandomSampler, SequentialSampler
 
 from hf_lightning import Trainer, TrainingArguments
@@ -165,3 +166,14 @@ def test_pop_and_remove_callback_take_transformers_classes(tmp_path):
     assert [type(cb).__name__ for cb in trainer.callback_handler.callbacks] == ["DefaultFlowCallback"]
     trainer.train()
     assert not [f for f in tmp_path.rglob("events.out.tfevents*")]
+
+
+def test_a_dataset_without_length_needs_max_steps_at_construction(tmp_path):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(regression_data(8))
+
+    args = TrainingArguments(str(tmp_path / "out"), report_to="none", num_train_epochs=1)
+    with pytest.raises(ValueError, match="does not implement __len__.*max_steps has to be specified"):
+        Trainer(RegressionModel(), args, train_dataset=Stream())
+    assert not (tmp_path / "out").exists()

@@ -12,6 +12,7 @@ from typing import Any
 
 from hf_lightning.args.trainer_checks import check_output_dir, check_sharding_arguments
 from hf_lightning.loss import LabelSmoother
+from hf_lightning.trainer_utils import has_length
 
 __all__ = ["build_label_smoother", "check_trainer_arguments"]
 
@@ -53,6 +54,12 @@ def check_trainer_arguments(trainer: Any) -> None:
         )
     given_optimizers = optimizer is not None or lr_scheduler is not None
     check_sharding_arguments(args, given_optimizers=given_optimizers)
+    if trainer.train_dataset is not None and not has_length(trainer.train_dataset) and args.max_steps <= 0:
+        raise ValueError(  # transformers' words; checked here, before output_dir is made, as there
+            "The train_dataset does not implement __len__, so the number of training steps cannot be inferred; "
+            "max_steps has to be specified. The total number of steps must be known in advance to bound the "
+            "training loop and to configure the learning rate scheduler."
+        )
     check_output_dir(args)
 
 
