@@ -52,7 +52,7 @@ class CallbackHandler(TrainerCallback):
         """Append a callback; a class is instantiated first. Warns when one of that class is already there."""
         instance = callback() if isinstance(callback, type) else callback
         cls = callback if isinstance(callback, type) else type(callback)
-        if cls in [type(cb) for cb in self.callbacks] or any(_stands_for(cb, cls) for cb in self.callbacks):
+        if any(type(cb) is cls or _stands_for(cb, cls) for cb in self.callbacks):
             logger.warning(  # transformers' words, to the character, formatted before the call as there
                 f"You are adding a {cls} to the callbacks of this Trainer, but there is already one. The current"
                 f"list of callbacks is\n:{self.callback_list}"
