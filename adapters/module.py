@@ -49,6 +49,7 @@ from .module_checks import (
 )
 from .protocols import LoopDriver
 from .standalone_driver import StandaloneDriver
+from .windows import Window
 
 __all__ = ["HFModule", "StandaloneDriver"]
 
@@ -345,6 +346,8 @@ class HFModule(L.LightningModule):
         return [p for group in optimizer.param_groups for p in group["params"]]
 
     def _as_window(self, batch: Any) -> list[Any]:
+        if isinstance(batch, Window):  # AccumulationWindows' own: each item is a micro-batch, as collated
+            return list(batch)
         if isinstance(batch, Mapping):
             if self.settings.gradient_accumulation_steps > 1:
                 raise ValueError(

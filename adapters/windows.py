@@ -27,9 +27,16 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-__all__ = ["AccumulationWindows"]
+__all__ = ["AccumulationWindows", "Window"]
 
 _END = object()  # the end of the micro-batches
+
+
+class Window(list):
+    """The micro-batches of one optimizer step, as ``AccumulationWindows`` yields them.
+
+    Its own type (a list, so Lightning's device transfer keeps it) tells ``HFModule`` that each item is a
+    whole micro-batch, whatever the collator made of it: a dict, or a list (TRL's identity collator)."""
 
 
 class AccumulationWindows:
@@ -93,7 +100,7 @@ class AccumulationWindows:
         """Skip the windows already trained on at the start of the next iteration."""
         self.skip_windows = int(state.get("windows", 0))
 
-    def __iter__(self) -> Iterator[list[Any]]:
+    def __iter__(self) -> Iterator[Window]:
         iterator = iter(self.loader)
         skip, self.skip_windows = self.skip_windows, 0
         self._yielded, self._exhausted = skip, False
@@ -103,7 +110,7 @@ class AccumulationWindows:
         # next window is collated before this window's forwards (a random collator draws in that order).
         pending = next(iterator, _END)
         while pending is not _END:
-            window = [pending, *itertools.islice(iterator, self.steps - 1)]
+            window = Window([pending, *itertools.islice(iterator, self.steps - 1)])
             pending = next(iterator, _END)
             self._yielded += 1
             yield window
