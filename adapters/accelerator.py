@@ -27,6 +27,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from hf_lightning.args.accelerate_state import complete_accelerator_state
+
 from . import accelerator_ops as ops
 from .accelerator_data import (
     DataLoaderConfiguration,
@@ -69,8 +71,11 @@ class LightningAccelerator:
         self.settings = settings if settings is not None else _single_process_settings()
         self.module: Any = None
         self.state = AcceleratorStateView(self)
-        self.gradient_state = GradientStateView()
-        self.dataloader_config = DataLoaderConfiguration(data_seed=self.settings.data_seed)
+        s = self.settings
+        self.gradient_state = GradientStateView(plugin_kwargs=dict(s.gradient_accumulation_kwargs))
+        self.dataloader_config = DataLoaderConfiguration(data_seed=s.data_seed, **s.dataloader)
+        if settings is not None:  # accelerate's own AcceleratorState, for code that reads it directly
+            complete_accelerator_state(settings)
 
     def bind(self, module: Any) -> None:
         """Attach the ``HFModule`` being fitted (None detaches)."""

@@ -44,6 +44,7 @@ CARRIER_SOURCES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "DeepSpeed strategy": ("hf_lightning.args.deepspeed_config:deepspeed_settings",),
         "Samplers": (f"{_FACADE}.data", "hf_lightning.adapters.samplers"),
         "Trainer facade": (_FACADE,),
+        "Trainer accelerator": ("hf_lightning.args.accelerator",),
         "Trainer Hub publisher": (f"{_FACADE}.hub",),
         "Trackio reporter": ("hf_lightning.adapters.callbacks.trackio",),
         "Trainer checkpointing": (f"{_FACADE}.checkpointing", "hf_lightning.checkpoint"),

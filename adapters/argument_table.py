@@ -206,7 +206,10 @@ _TABLE: dict[str, ArgumentRow] = {
             "use_cpu": "lightning.Trainer(accelerator='cpu')",
         },
     ),
-    "accelerator_config": ArgumentRow("Accelerate configuration (no Lightning equivalent built)", NOT_YET),
+    "accelerator_config": ArgumentRow(
+        "Trainer accelerator (its dataloader_config and gradient_state; one process: every key; several "
+        "processes: the batch keys at their defaults, else NotImplementedError)"
+    ),
     "parallelism_config": ArgumentRow("tensor / context parallelism (not built)", NOT_YET),
     **_rows(
         SUPPORTED,
@@ -365,17 +368,32 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-def check_supported(args: Any) -> None:
-    """Raise one ``NotImplementedError`` naming every "not yet" field that ``args`` sets."""
+# Fields carried by hf_lightning.Trainer's own DataLoaders and accelerator only: refused (when not at the
+# default) where a Lightning user brings the DataLoader (HFModule(model, args), to_lightning(args)).
+TRAINER_ONLY = frozenset({"accelerator_config"})
+
+
+def check_supported(args: Any, *, by_trainer: bool = False) -> None:
+    """Raise one ``NotImplementedError`` naming every "not yet" field that ``args`` sets (and, unless
+    ``by_trainer``, every field of :data:`TRAINER_ONLY` it sets)."""
     names = not_yet_fields(args)
-    if not names:
+    trainer_only = [] if by_trainer else [n for n in non_default_fields(args) if n in TRAINER_ONLY]
+    if not names and not trainer_only:
         return
     table, cls = table_for(args), type(args).__name__
     lines = "\n".join(
-        f"  `{cls}({name}={_shown(getattr(args, name))})` is not supported by hf_lightning yet "
-        f"(carrier: {table[name].carrier})"
-        for name in names
+        [
+            f"  `{cls}({name}={_shown(getattr(args, name))})` is not supported by hf_lightning yet "
+            f"(carrier: {table[name].carrier})"
+            for name in names
+        ]
+        + [
+            f"  `{cls}({name}={_shown(getattr(args, name))})` is honoured by hf_lightning.Trainer only "
+            "(its DataLoaders and accelerator), not with a DataLoader of your own"
+            for name in trainer_only
+        ]
     )
+    names = names + trainer_only
     raise NotImplementedError(
         f"{len(names)} argument(s) set that hf_lightning does not carry yet; leave them at their defaults:\n"
         f"{lines}\nThe carrier and status of every argument: docs/arguments.md"

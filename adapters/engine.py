@@ -34,7 +34,7 @@ class Engine:
         """Refuse, naming the argument, what the engine cannot honour (``argument_table.py``)."""
         from .argument_table import check_supported
 
-        check_supported(args)
+        check_supported(args, by_trainer=True)
 
     def accelerator(self, settings: Any) -> _accelerator.LightningAccelerator:
         """``trainer.accelerator``: accelerate's API on Lightning's strategy (``accelerator.py``), from the

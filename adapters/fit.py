@@ -120,6 +120,7 @@ def run_fit(request: FitRequest) -> HFModule:
         env=dict(os.environ),
         cuda_available=torch.cuda.is_available(),
         num_update_steps_per_epoch=request.num_update_steps_per_epoch,
+        by_trainer=True,
     )
     # report_to's loggers live in the Trainer's reporting callbacks (adapters/callbacks/reporting.py)
     if plan.distributed.deepspeed is not None:  # the "auto" values that need the model and the run's length

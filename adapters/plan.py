@@ -218,6 +218,7 @@ def to_lightning(
     env: Mapping[str, str] | None = None,
     num_update_steps_per_epoch: int | None = None,
     cuda_available: bool = False,
+    by_trainer: bool = False,
 ) -> LightningPlan:
     """Translate ``args`` (a ``TrainingArguments``) into a :class:`LightningPlan`.
 
@@ -228,13 +229,15 @@ def to_lightning(
         num_update_steps_per_epoch: optimizer updates in one epoch, when the training data has a
             length; turns ``num_train_epochs`` into ``max_steps`` (needed when it is fractional).
         cuda_available: pass ``torch.cuda.is_available()`` to train on CUDA.
+        by_trainer: the plan is ``hf_lightning.Trainer``'s, whose DataLoaders and accelerator carry the
+            Trainer-only arguments (``accelerator_config``); a Lightning user's plan refuses them.
 
     Raises:
         NotImplementedError: ``args`` sets arguments that hf_lightning does not carry yet (all named).
         ValueError: an argument (or launcher variable) has a value that cannot be honoured.
         ImportError: ``report_to`` names a tracker whose package is not installed.
     """
-    check_supported(args)
+    check_supported(args, by_trainer=by_trainer)
     if num_update_steps_per_epoch is not None and (
         isinstance(num_update_steps_per_epoch, bool)
         or not isinstance(num_update_steps_per_epoch, int)

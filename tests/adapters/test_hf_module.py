@@ -97,6 +97,7 @@ def test_arguments_not_carried_yet_are_refused_by_the_module_too():
         HFModule(tiny_gpt2(), args)
     assert "`TrainingArguments(debug=" in str(caught.value)
     assert "`TrainingArguments(accelerator_config={'split_batches': True" in str(caught.value)
+    assert "is honoured by hf_lightning.Trainer only" in str(caught.value)
     HFModule(tiny_gpt2(), TrainingArguments(accelerator_config={"split_batches": False}))  # the defaults pass
 
 

@@ -299,8 +299,12 @@ def test_not_yet_arguments_are_refused():
     with pytest.raises(NotImplementedError) as caught:
         to_lightning(args)
     assert "`TrainingArguments(accelerator_config={'split_batches': True" in str(caught.value)
+    assert "is honoured by hf_lightning.Trainer only" in str(caught.value)  # a Lightning user's DataLoader
     assert "is not supported by hf_lightning yet" in str(caught.value)
     assert "`TrainingArguments(debug=" in str(caught.value)
+    to_lightning(
+        TrainingArguments(output_dir="out", accelerator_config={"split_batches": True}), by_trainer=True
+    )
 
 
 def test_trainer_kwargs_build_a_lightning_trainer(tmp_path):

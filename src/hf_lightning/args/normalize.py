@@ -226,7 +226,9 @@ def _accelerator_config(args: Any) -> list[str]:
         with open(given, encoding="utf-8") as f:
             given = json.load(f)
     given = dict(given or {})
-    if given.pop("use_configured_state", False):  # consumed here, as transformers' device set-up does
+    configured = bool(given.pop("use_configured_state", False))
+    args.__dict__["_use_configured_state"] = configured  # read by accelerate_state.set_up_partial_state
+    if configured:  # consumed here, as transformers' device set-up does
         _check_configured_state(args)
     else:  # as transformers' arguments set up accelerate's state: a later use_configured_state=True reuses it
         _DEVICES.set_up = True

@@ -255,7 +255,7 @@ class DistributedState:
 
 
 def distributed_state(args: TrainingArguments) -> DistributedState:
-    """transformers' ``args.distributed_state``, read from the launcher's variables (no process group started)."""
+    """transformers' ``args.distributed_state``, read from the launcher's variables."""
     return DistributedState(args)
 
 

@@ -15,6 +15,7 @@ from enum import Enum
 from typing import Any, Literal
 
 from hf_lightning.args import runtime, setters
+from hf_lightning.args.accelerate_state import set_up_partial_state
 from hf_lightning.args.enums import (
     SAMPLING_STRATEGIES,
     DebugOption,
@@ -277,6 +278,7 @@ class TrainingArguments:
     def __post_init__(self) -> None:
         problems = normalize(self)
         check(self, problems)
+        set_up_partial_state(self, configured=self.__dict__.get("_use_configured_state", False))
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Set the field and count the set, so ``Trainer.plan`` sees the change (``hf_lightning.plan``)."""

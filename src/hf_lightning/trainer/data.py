@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, SequentialSampler
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
 
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import (
@@ -93,6 +93,8 @@ class DataLoaderBuilder:
                 f"only, but the model is tensor-parallel (tp_size={tp_size}); "
                 f"choose one of: {', '.join(repr(s) for s in SAMPLING_STRATEGIES if s != 'batch_rebalance')}"
             )
+        if data.train_sampling_strategy == "random" and not t.accelerator.use_seedable_sampler:
+            return RandomSampler(dataset)  # accelerator_config: the order drawn from torch's global generator
         seed = data.sampler_seed
         sampler, batch_sampler = ENGINE.build_train_sampler(
             data.train_sampling_strategy,

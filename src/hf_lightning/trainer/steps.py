@@ -62,7 +62,7 @@ def autocast_smart_context_manager(
 
 def prepare_inputs(self: Trainer, inputs: dict[str, Any]) -> dict[str, Any]:
     """``Trainer._prepare_inputs``: ``inputs`` on the model's device (Lightning has usually moved them)."""
-    return to_device(inputs, self.accelerator.device)
+    return to_device(inputs, self.accelerator.device, non_blocking=self.accelerator.non_blocking)
 
 
 def training_step(
@@ -153,12 +153,15 @@ class BatchSteps:
         return batches, count if count is None or device is None else count.to(device)
 
 
-def to_device(data: Any, device: torch.device) -> Any:
-    """``data`` (nested mappings, lists, tuples of tensors) with every tensor on ``device``."""
+def to_device(data: Any, device: torch.device, *, non_blocking: bool = False) -> Any:
+    """``data`` (nested mappings, lists, tuples of tensors) with every tensor on ``device``
+    (``non_blocking``: accelerate's copy from pinned memory, ``accelerator_config``)."""
     if isinstance(data, Mapping):  # dict, or a mapping such as BatchEncoding
-        return cast(Any, type(data))({k: to_device(v, device) for k, v in data.items()})
+        return cast(Any, type(data))(
+            {k: to_device(v, device, non_blocking=non_blocking) for k, v in data.items()}
+        )
     if isinstance(data, (list, tuple)):
-        return type(data)(to_device(v, device) for v in data)
+        return type(data)(to_device(v, device, non_blocking=non_blocking) for v in data)
     if isinstance(data, torch.Tensor) and data.device != device:
-        return data.to(device)
+        return data.to(device, non_blocking=non_blocking)
     return data
