@@ -8,7 +8,8 @@ card's metadata and text) and ``<scenario>.safetensors`` (the trainable weights 
 
 Scenarios: ``sft`` (6 steps, checkpoints at 3 and 6), ``sft_resume`` (resumes ``sft``'s checkpoint-3),
 ``sft_best`` (evaluation at 3 and 6, the best model loaded at the end), and the same three with a LoRA
-``peft_config`` (``lora``, ``lora_resume``, ``lora_best``); ``dpo`` (DPOTrainer on 16 preference pairs).
+``peft_config`` (``lora``, ``lora_resume``, ``lora_best``); ``dpo`` (DPOTrainer on 16 preference pairs);
+``grpo`` (GRPOTrainer: 4 generations a prompt, a length reward, 2 steps).
 """
 
 from __future__ import annotations
@@ -137,6 +138,26 @@ def dpo(scenario: str) -> object:
     return trainer
 
 
+def grpo(scenario: str) -> object:
+    """GRPOTrainer: generations, a reward, TRL's identity collator and ``set_seed(device_specific=True)``."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    def reward(completions, **kwargs):
+        return [float(len(completion.split())) for completion in completions]
+
+    out = os.path.join(ROOT, BACKEND, scenario)
+    kwargs = common_args(out, lora=False)
+    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=2, save_steps=2)
+    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
+    trainer = GRPOTrainer(
+        model=model(), reward_funcs=reward, train_dataset=Dataset.from_dict({"prompt": prompts}),
+        args=GRPOConfig(num_generations=4, max_completion_length=8, **kwargs), processing_class=tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def card(folder: str) -> dict:
     path = os.path.join(folder, "README.md")
     if not os.path.isfile(path):
@@ -184,7 +205,7 @@ def report_error(scenario: str) -> None:
 if __name__ == "__main__":
     for name in SCENARIOS:
         try:
-            trainer = dpo(name) if name == "dpo" else sft(name)
+            trainer = {"dpo": dpo, "grpo": grpo}.get(name, sft)(name)
         except Exception:
             traceback.print_exc()
             report_error(name)

@@ -1,7 +1,7 @@
 """TRL's trainers run on hf_lightning as on transformers (``hf_lightning.use_as_transformers_trainer()``).
 
 ``tests/trl_worker.py`` trains TRL 1.16's ``SFTTrainer`` (plain and with a LoRA ``peft_config``) and
-``DPOTrainer`` on a tiny Llama, once with transformers' own classes and once with hf_lightning's bound in
+``DPOTrainer`` and ``GRPOTrainer`` on a tiny Llama, once with transformers' own classes and once with hf_lightning's bound in
 before ``trl`` is imported, each in its own process. Compared here: every logged value (loss, grad norm,
 learning rate, TRL's ``entropy`` / ``mean_token_accuracy`` / ``num_tokens``, evaluation metrics) within
 1e-5, the checkpoint folders and their file names (hf_lightning adds ``checkpoint-manifest.json`` and
@@ -45,7 +45,8 @@ def test_sft_trainer_trains_as_on_transformers(tmp_path):
     )
 
 
-SCENARIOS = ["sft", "sft_resume", "sft_best", "lora", "lora_resume", "lora_best", "dpo"]
+SCENARIOS = ["sft", "sft_resume", "sft_best", "lora", "lora_resume", "lora_best", "dpo", "grpo"]
+SKIP = {"grpo": ("step_time",)}  # GRPO logs its wall-clock step time
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +59,13 @@ def one_process(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["sft_best", "lora", "lora_best", "dpo"])
+@pytest.mark.parametrize("scenario", ["sft_best", "lora", "lora_best", "dpo", "grpo"])
 def test_trl_run_matches_transformers(one_process, scenario):
-    """LoRA SFT, the best model loaded at the end, DPO: as on transformers."""
+    """LoRA SFT, the best model loaded at the end, DPO, GRPO: as on transformers."""
     assert_same_run(
-        result(one_process, "transformers", scenario), result(one_process, "hf_lightning", scenario)
+        result(one_process, "transformers", scenario),
+        result(one_process, "hf_lightning", scenario),
+        SKIP.get(scenario, ()),
     )
 
 
@@ -83,7 +86,7 @@ def test_trl_load_best_model_at_end(one_process, name):
 
 
 # --- two processes (gloo DDP) -----------------------------------------------------------------
-DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume", "dpo"]
+DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume", "dpo", "grpo"]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +106,7 @@ def test_trl_ddp_matches_transformers(two_processes, scenario):
         result(two_processes, "transformers", scenario),
         result(two_processes, "hf_lightning", scenario),
     )
-    assert_same_run(theirs, ours)
+    assert_same_run(theirs, ours, SKIP.get(scenario, ()))
 
 
 @pytest.mark.slow
