@@ -87,6 +87,7 @@ from hf_lightning.checkpoint.io import (
     load_training_args,
     write_training_args,
 )
+from hf_lightning.checkpoint.log_paths import final_paths_in_logs
 from hf_lightning.checkpoint.rng_state import capture_rng_state, load_rng_state, rng_state_file_name
 from hf_lightning.checkpoint.sealing import FolderSealer
 from hf_lightning.checkpoint.state_files import (
@@ -349,7 +350,8 @@ def _stage_and_publish(
         _begin_staging(staging, global_step)
     _call(barrier)
     if sharded_writer is not None:
-        sharded_writer(staging)
+        with final_paths_in_logs(staging, final):
+            sharded_writer(staging)
     if rank is not None:  # flushed with the folder: the main process's sealer, or the durability thread
         write_rank_files(staging, *rank, durable=False)
     _call(barrier)  # every rank's own files are in the staging folder
@@ -366,7 +368,8 @@ def _write_and_publish(staging: str, final: str, options: dict[str, Any], deferr
     ``deferred``: then after the publication, behind), then publish."""
     sealer = FolderSealer(staging, durable=not deferred)
     try:
-        _write_main_files(staging, options, sealer)
+        with final_paths_in_logs(staging, final):  # transformers' "saved in ..." lines name checkpoint-N
+            _write_main_files(staging, options, sealer)
         _publish(staging, final, sealer, deferred=deferred)
     finally:
         sealer.close()

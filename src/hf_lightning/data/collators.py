@@ -235,10 +235,13 @@ def signature_columns(model: Any, label_names: Sequence[str] | None = None) -> l
 
 
 def _ignored_message(ignored: Sequence[str], description: str | None, model_name: str | None) -> str:
-    where = "" if description is None else f" in the {description} set"
+    """transformers' line for the dropped columns, word for word (a script or a log reader may match it)."""
+    where = "" if description is None else f"in the {description} set"
     owner = f"`{model_name}.forward`" if model_name else "the model's `forward`"
+    names = ", ".join(ignored)
     return (
-        f"The following columns{where} are not inputs of {owner} and have been dropped: {', '.join(ignored)}."
+        f"The following columns {where} don't have a corresponding argument in {owner} and have been ignored: "
+        f"{names}. If {names} are not expected by {owner},  you can safely ignore this message."
     )
 
 
