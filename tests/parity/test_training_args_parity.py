@@ -383,3 +383,20 @@ def test_gradient_checkpointing_deprecation_warning_is_transformers(recwarn):
             lib.TrainingArguments(output_dir="unused", gradient_checkpointing=True)
         messages.append([str(w.message) for w in caught if issubclass(w.category, FutureWarning)])
     assert messages[1] == messages[0] and messages[0]
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_str_shows_accelerator_config_as_transformers(tmp_path, configured):
+    """str(args) shows accelerator_config with use_configured_state last and False (consumed when the
+    arguments are built), as transformers' dataclass does; to_dict() leaves it out on both."""
+    import transformers
+    from accelerate.state import PartialState
+
+    PartialState(cpu=True)  # use_configured_state=True needs a state set up before
+    config = {"use_configured_state": configured} if configured else None
+    lines = [
+        [line for line in str(cls(output_dir=str(tmp_path), use_cpu=True, accelerator_config=config)).splitlines()
+         if line.startswith("accelerator_config=")]
+        for cls in (transformers.TrainingArguments, TrainingArguments)
+    ]  # fmt: skip
+    assert lines[1] == lines[0] and "'use_configured_state': False}" in lines[1][0]

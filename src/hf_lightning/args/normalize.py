@@ -66,6 +66,11 @@ class AcceleratorConfig(dict):
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(dict(self))
 
+    def __repr__(self) -> str:
+        """As transformers' dataclass shows itself in ``str(args)``: ``use_configured_state`` last, ``False``
+        (both consume the value when the arguments are built)."""
+        return repr({**self, "use_configured_state": False})
+
 
 def normalize(args: Any) -> list[str]:
     """Fill derived defaults and coerce values in place; return the problems found on the way.
