@@ -49,6 +49,8 @@ class EvalShardSampler(BatchSampler):
     With ``drop_last`` only complete rounds of full batches are kept and nothing is repeated.
     """
 
+    deals_processes = True  # the Trainer's loader is not dealt to the processes a second time
+
     def __init__(
         self, num_samples: int, batch_size: int, num_replicas: int, rank: int, drop_last: bool = False
     ) -> None:

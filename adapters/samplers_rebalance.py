@@ -221,6 +221,8 @@ class BatchRebalanceSampler:
     ``lightning.Trainer`` must not re-shard it: ``Trainer(use_distributed_sampler=False)``.
     """
 
+    deals_processes = True  # the Trainer's loader is not dealt to the processes a second time
+
     def __init__(
         self,
         lengths: Sequence[int],

@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
 
 from hf_lightning.args.enums import LENGTH_SAMPLING_STRATEGIES, SAMPLING_STRATEGIES
 from hf_lightning.data.collators import (
@@ -73,7 +73,7 @@ class DataLoaderBuilder:
             raise ValueError("Trainer: training requires a train_dataset.")
         return t._get_dataloader(
             t.train_dataset,
-            "training",
+            "Training",
             t._train_batch_size,
             sampler_fn=t._get_train_sampler,
             is_training=True,
@@ -218,7 +218,11 @@ class DataLoaderBuilder:
                 params["worker_init_fn"] = partial(
                     seed_worker, num_workers=data.dataloader_num_workers, rank=args.process_index
                 )
-            return DataLoader(dataset, **params)
+            if _deals_processes(sampler):
+                return DataLoader(dataset, **params)
+            # a sampler of a subclass's _get_*_sampler: accelerate's prepare, as transformers' loader gets
+            # (a RandomSampler drawn seeded, the batches dealt to the processes)
+            return self.trainer.accelerator.prepare_data_loader(DataLoader(dataset, **params))
         # transformers leaves drop_last off for a stream; its documentation promises to drop the last
         # incomplete batch, so the stream's is dropped too (docs/divergences.md).
         params["drop_last"] = data.dataloader_drop_last
@@ -309,6 +313,12 @@ class DataLoaderBuilder:
             names = getattr(processing_class, "model_input_names", None)
             name = names[0] if names else None
         return compute_lengths(dataset, self.trainer.plan.data.length_column_name, name)
+
+
+def _deals_processes(sampler: Any) -> bool:
+    """Whether ``sampler`` is one of the Trainer's own: they draw the seeded order and deal each process its
+    share themselves (so does any ``DistributedSampler``)."""
+    return isinstance(sampler, DistributedSampler) or getattr(sampler, "deals_processes", False)
 
 
 def _call_sampler_fn(sampler_fn: Any, dataset: Any, lengths: list[int] | None) -> Any:
