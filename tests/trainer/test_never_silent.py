@@ -252,3 +252,16 @@ def test_resume_of_a_two_process_checkpoint_by_one_process_warns(checkpointed, c
         "written by 2 process(es) x per_device_train_batch_size 4 x gradient_accumulation_steps 1 (8 samples per step); this run has 1 x 4 x 1 (4 per step)"
         in caplog.text
     )
+
+
+# --- compute_metrics --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("returned", [None, [0.5]], ids=["None", "list"])
+def test_compute_metrics_that_returns_no_dict_is_named(tmp_path, returned):
+    """compute_metrics returning no dict: a TypeError on both; here it names compute_metrics and the type."""
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), **BASE)
+        trainer = lib.Trainer(model=RegressionModel(), args=args, eval_dataset=regression_data(8),
+                              compute_metrics=lambda prediction: returned)  # fmt: skip
+        match = rf"`compute_metrics` returned {type(returned).__name__}" if lib is hf_lightning else None
+        with pytest.raises(TypeError, match=match):
+            trainer.evaluate()

@@ -212,6 +212,11 @@ class EvaluationLoop:
                     include_for_metrics=plan.evaluation.include_for_metrics,
                 )
             )
+            if not isinstance(metrics, Mapping):  # transformers fails on it with a TypeError of its own
+                raise TypeError(
+                    f"`compute_metrics` returned {type(metrics).__name__}; it must return a dict of metric names "
+                    "to values, e.g. {'accuracy': 0.9}"
+                )
         metrics = dict(denumpify_detensorize(metrics)) if metrics is not None else {}
         loss = mean_eval_loss(losses, plan.module.logging_nan_inf_filter)
         if loss is not None:
