@@ -9,7 +9,8 @@ card's metadata and text) and ``<scenario>.safetensors`` (the trainable weights 
 Scenarios: ``sft`` (6 steps, checkpoints at 3 and 6), ``sft_resume`` (resumes ``sft``'s checkpoint-3),
 ``sft_best`` (evaluation at 3 and 6, the best model loaded at the end), and the same three with a LoRA
 ``peft_config`` (``lora``, ``lora_resume``, ``lora_best``); ``dpo`` (DPOTrainer on 16 preference pairs);
-``grpo`` (GRPOTrainer: 4 generations a prompt, a length reward, 2 steps).
+``grpo`` (GRPOTrainer: 4 generations a prompt, a length reward, 2 steps); ``reward`` (RewardTrainer),
+``kto`` (KTOTrainer) and ``dpo_sync`` (DPOTrainer with ``sync_ref_model``), 3 steps each.
 """
 
 from __future__ import annotations
@@ -158,6 +159,55 @@ def grpo(scenario: str) -> object:
     return trainer
 
 
+def reward_model(scenario: str) -> object:
+    """RewardTrainer on the preference pairs (a one-label sequence classifier)."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+    from trl import RewardConfig, RewardTrainer
+
+    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
+    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
+    torch.manual_seed(0)
+    config = LlamaConfig(num_labels=1, **model().config.to_diff_dict())
+    trainer = RewardTrainer(
+        model=LlamaForSequenceClassification(config), args=RewardConfig(max_length=32, **kwargs),
+        train_dataset=preference_dataset(), processing_class=tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
+def kto(scenario: str) -> object:
+    """KTOTrainer on the pairs unpaired (chosen: desirable, rejected: undesirable), with a reference model."""
+    from datasets import Dataset
+    from trl import KTOConfig, KTOTrainer
+
+    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
+    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
+    pairs = preference_dataset()
+    data = Dataset.from_dict({"prompt": list(pairs["prompt"]) * 2, "completion": list(pairs["chosen"]) + list(pairs["rejected"]),
+                              "label": [True] * len(pairs) + [False] * len(pairs)})  # fmt: skip
+    trainer = KTOTrainer(
+        model=model(), ref_model=model(), args=KTOConfig(max_length=32, **kwargs), train_dataset=data,
+        processing_class=tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
+def dpo_sync(scenario: str) -> object:
+    """DPOTrainer with ``sync_ref_model`` (TRL's callback reads accelerate's ``AcceleratorState()``)."""
+    from trl import DPOConfig, DPOTrainer
+
+    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
+    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
+    trainer = DPOTrainer(
+        model=model(), ref_model=model(), train_dataset=preference_dataset(), processing_class=tokenizer(),
+        args=DPOConfig(max_length=32, sync_ref_model=True, ref_model_sync_steps=1, **kwargs),
+    )  # fmt: skip
+    trainer.train()
+    return trainer
+
+
 def card(folder: str) -> dict:
     path = os.path.join(folder, "README.md")
     if not os.path.isfile(path):
@@ -205,7 +255,8 @@ def report_error(scenario: str) -> None:
 if __name__ == "__main__":
     for name in SCENARIOS:
         try:
-            trainer = {"dpo": dpo, "grpo": grpo}.get(name, sft)(name)
+            runs = {"dpo": dpo, "grpo": grpo, "reward": reward_model, "kto": kto, "dpo_sync": dpo_sync}
+            trainer = runs.get(name, sft)(name)
         except Exception:
             traceback.print_exc()
             report_error(name)

@@ -1,7 +1,7 @@
 """TRL's trainers run on hf_lightning as on transformers (``hf_lightning.use_as_transformers_trainer()``).
 
 ``tests/trl_worker.py`` trains TRL 1.16's ``SFTTrainer`` (plain and with a LoRA ``peft_config``) and
-``DPOTrainer`` and ``GRPOTrainer`` on a tiny Llama, once with transformers' own classes and once with hf_lightning's bound in
+``DPOTrainer``, ``GRPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on a tiny Llama, once with transformers' own classes and once with hf_lightning's bound in
 before ``trl`` is imported, each in its own process. Compared here: every logged value (loss, grad norm,
 learning rate, TRL's ``entropy`` / ``mean_token_accuracy`` / ``num_tokens``, evaluation metrics) within
 1e-5, the checkpoint folders and their file names (hf_lightning adds ``checkpoint-manifest.json`` and
@@ -45,7 +45,8 @@ def test_sft_trainer_trains_as_on_transformers(tmp_path):
     )
 
 
-SCENARIOS = ["sft", "sft_resume", "sft_best", "lora", "lora_resume", "lora_best", "dpo", "grpo"]
+SCENARIOS = ["sft", "sft_resume", "sft_best", "lora", "lora_resume", "lora_best", "dpo", "grpo", "reward", "kto",
+             "dpo_sync"]  # fmt: skip
 SKIP = {"grpo": ("step_time",)}  # GRPO logs its wall-clock step time
 
 
@@ -59,9 +60,12 @@ def one_process(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["sft_best", "lora", "lora_best", "dpo", "grpo"])
+@pytest.mark.parametrize(
+    "scenario", ["sft_best", "lora", "lora_best", "dpo", "grpo", "reward", "kto", "dpo_sync"]
+)
 def test_trl_run_matches_transformers(one_process, scenario):
-    """LoRA SFT, the best model loaded at the end, DPO, GRPO: as on transformers."""
+    """LoRA SFT, the best model loaded at the end, DPO (with a synced reference model too), GRPO, the reward
+    model, KTO: as on transformers."""
     assert_same_run(
         result(one_process, "transformers", scenario),
         result(one_process, "hf_lightning", scenario),
