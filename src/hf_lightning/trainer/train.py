@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from hf_lightning.activation_checkpointing import enable_activation_checkpointing
 from hf_lightning.args.translate import module_settings, run_length
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.lock import claim_output_dir
@@ -356,22 +357,7 @@ class TrainLauncher:
         t = self.trainer
         plan, model = t.plan, cast(Any, t.model)  # an HF model (PreTrainedModel) has these methods
         if plan.module.activation_checkpointing:
-            kwargs = dict(plan.module.activation_checkpointing_kwargs or {})
-            every_n_layers, offload = kwargs.pop("every_n_layers", 1), kwargs.pop("offload", False)
-            enable = getattr(model, "activation_checkpointing_enable", None)
-            if callable(enable):
-                enable(
-                    activation_checkpointing_kwargs=kwargs or None,
-                    every_n_layers=every_n_layers,
-                    offload=offload,
-                )
-            elif callable(getattr(model, "gradient_checkpointing_enable", None)):
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
-            else:
-                raise ValueError(
-                    "`TrainingArguments(activation_checkpointing=True)` needs a model with "
-                    f"`activation_checkpointing_enable()` (a PreTrainedModel); {type(model).__name__} has none"
-                )
+            enable_activation_checkpointing(model, plan.module.activation_checkpointing_kwargs)
         if plan.runtime.tf32 is not None and torch.cuda.is_available():
             torch.backends.cuda.matmul.allow_tf32 = bool(plan.runtime.tf32)
             torch.backends.cudnn.allow_tf32 = bool(plan.runtime.tf32)
