@@ -139,6 +139,18 @@ def dpo(scenario: str) -> object:
     return trainer
 
 
+def short_args(scenario: str, steps: int) -> dict:
+    """``common_args`` of a short run: ``steps`` steps of 4 samples, one checkpoint at the end."""
+    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
+    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=steps, save_steps=steps)
+    return kwargs
+
+
+def trained(trainer) -> object:
+    trainer.train()
+    return trainer
+
+
 def grpo(scenario: str) -> object:
     """GRPOTrainer: generations, a reward, TRL's identity collator and ``set_seed(device_specific=True)``."""
     from datasets import Dataset
@@ -147,16 +159,12 @@ def grpo(scenario: str) -> object:
     def reward(completions, **kwargs):
         return [float(len(completion.split())) for completion in completions]
 
-    out = os.path.join(ROOT, BACKEND, scenario)
-    kwargs = common_args(out, lora=False)
-    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=2, save_steps=2)
     prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
-    trainer = GRPOTrainer(
+    return trained(GRPOTrainer(
         model=model(), reward_funcs=reward, train_dataset=Dataset.from_dict({"prompt": prompts}),
-        args=GRPOConfig(num_generations=4, max_completion_length=8, **kwargs), processing_class=tokenizer(),
-    )  # fmt: skip
-    trainer.train()
-    return trainer
+        args=GRPOConfig(num_generations=4, max_completion_length=8, **short_args(scenario, 2)),
+        processing_class=tokenizer(),
+    ))  # fmt: skip
 
 
 def reward_model(scenario: str) -> object:
@@ -164,16 +172,12 @@ def reward_model(scenario: str) -> object:
     from transformers import LlamaConfig, LlamaForSequenceClassification
     from trl import RewardConfig, RewardTrainer
 
-    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
-    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
     torch.manual_seed(0)
     config = LlamaConfig(num_labels=1, **model().config.to_diff_dict())
-    trainer = RewardTrainer(
-        model=LlamaForSequenceClassification(config), args=RewardConfig(max_length=32, **kwargs),
+    return trained(RewardTrainer(
+        model=LlamaForSequenceClassification(config), args=RewardConfig(max_length=32, **short_args(scenario, 3)),
         train_dataset=preference_dataset(), processing_class=tokenizer(),
-    )  # fmt: skip
-    trainer.train()
-    return trainer
+    ))  # fmt: skip
 
 
 def kto(scenario: str) -> object:
@@ -181,31 +185,24 @@ def kto(scenario: str) -> object:
     from datasets import Dataset
     from trl import KTOConfig, KTOTrainer
 
-    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
-    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
     pairs = preference_dataset()
-    data = Dataset.from_dict({"prompt": list(pairs["prompt"]) * 2, "completion": list(pairs["chosen"]) + list(pairs["rejected"]),
-                              "label": [True] * len(pairs) + [False] * len(pairs)})  # fmt: skip
-    trainer = KTOTrainer(
-        model=model(), ref_model=model(), args=KTOConfig(max_length=32, **kwargs), train_dataset=data,
-        processing_class=tokenizer(),
-    )  # fmt: skip
-    trainer.train()
-    return trainer
+    completions, labels = [*pairs["chosen"], *pairs["rejected"]], [True] * len(pairs) + [False] * len(pairs)
+    data = Dataset.from_dict({"prompt": [*pairs["prompt"]] * 2, "completion": completions, "label": labels})
+    return trained(KTOTrainer(
+        model=model(), ref_model=model(), args=KTOConfig(max_length=32, **short_args(scenario, 3)),
+        train_dataset=data, processing_class=tokenizer(),
+    ))  # fmt: skip
 
 
 def dpo_sync(scenario: str) -> object:
     """DPOTrainer with ``sync_ref_model`` (TRL's callback reads accelerate's ``AcceleratorState()``)."""
     from trl import DPOConfig, DPOTrainer
 
-    kwargs = common_args(os.path.join(ROOT, BACKEND, scenario), lora=False)
-    kwargs.update(per_device_train_batch_size=4 // WORLD, max_steps=3, save_steps=3)
-    trainer = DPOTrainer(
+    args = DPOConfig(max_length=32, sync_ref_model=True, ref_model_sync_steps=1, **short_args(scenario, 3))
+    return trained(DPOTrainer(
         model=model(), ref_model=model(), train_dataset=preference_dataset(), processing_class=tokenizer(),
-        args=DPOConfig(max_length=32, sync_ref_model=True, ref_model_sync_steps=1, **kwargs),
-    )  # fmt: skip
-    trainer.train()
-    return trainer
+        args=args,
+    ))  # fmt: skip
 
 
 def card(folder: str) -> dict:
