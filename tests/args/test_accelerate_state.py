@@ -103,3 +103,19 @@ def test_two_processes_share_accelerate_state(tmp_path):
         assert seen["state"] == [2, rank, "no", "MULTI_CPU"]
         assert seen["seed"] == 100 + rank
         assert seen["steps"] == 2 and seen["rank"] == rank
+
+
+def test_use_configured_state_after_a_reset_needs_a_new_state(tmp_path):
+    """As transformers: after accelerate's state is reset, use_configured_state=True raises until something
+    (here accelerate's own Accelerator) sets a state up again, earlier arguments notwithstanding."""
+    from accelerate import Accelerator
+
+    TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    with pytest.raises(ValueError, match="use_configured_state"):
+        TrainingArguments(str(tmp_path), use_cpu=True, report_to="none",
+                          accelerator_config={"use_configured_state": True})  # fmt: skip
+    Accelerator(cpu=True)
+    TrainingArguments(str(tmp_path), use_cpu=True, report_to="none",
+                      accelerator_config={"use_configured_state": True})  # fmt: skip
+    assert AcceleratorState().initialized

@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -235,8 +236,8 @@ def _accelerator_config(args: Any) -> list[str]:
     args.__dict__["_use_configured_state"] = configured  # read by accelerate_state.set_up_partial_state
     if configured:  # consumed here, as transformers' device set-up does
         _check_configured_state(args)
-    else:  # as transformers' arguments set up accelerate's state: a later use_configured_state=True reuses it
-        _DEVICES.set_up = True
+    elif "accelerate" not in sys.modules:  # accelerate_state.py sets its state up only once it is imported;
+        _DEVICES.set_up = True  # before, this flag stands for the state transformers' arguments would set up
     unknown = sorted(set(given) - set(ACCELERATOR_CONFIG_DEFAULTS))
     args.accelerator_config = AcceleratorConfig({**ACCELERATOR_CONFIG_DEFAULTS, **given})
     if unknown:
@@ -261,16 +262,15 @@ def _accelerator_config_object(args: Any) -> None:
 
 class _DEVICES:
     set_up = False
-    """Whether arguments without ``use_configured_state`` were built in this process (transformers' set up
-    accelerate's ``PartialState`` then; sentence-transformers builds its default arguments relying on it)."""
+    """Whether arguments without ``use_configured_state`` were built in this process before accelerate was
+    imported (transformers' would have set up accelerate's ``PartialState``; sentence-transformers builds its
+    default arguments relying on it). Once accelerate is imported, its own state is set up and read."""
 
 
 def _check_configured_state(args: Any) -> None:
     """``use_configured_state=True`` needs a state set up before the arguments: earlier arguments of this
     process, accelerate's ``PartialState``, or a ``torch.distributed`` process group, which the Lightning
     strategy then reuses."""
-    import sys
-
     partial_state = getattr(sys.modules.get("accelerate.state"), "PartialState", None)
     accelerate_state = dict(getattr(partial_state, "_shared_state", None) or {})
     dist = getattr(sys.modules.get("torch"), "distributed", None)
