@@ -240,7 +240,7 @@ _TABLE: dict[str, ArgumentRow] = {
     "deepspeed": ArgumentRow(
         'DeepSpeed strategy (DeepSpeedStrategy; "auto" values filled as transformers fills them)'
     ),
-    "debug": ArgumentRow("debug tools: underflow/overflow detection (not built)", NOT_YET),
+    "debug": ArgumentRow("Trainer facade (hf_lightning.debug_utils.DebugUnderflowOverflow on the model)"),
     "skip_memory_metrics": ArgumentRow("Trainer facade (TrainerMemoryTracker: *_mem_* metrics)"),
     **_rows(
         NOT_APPLICABLE,
@@ -368,9 +368,9 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-# Fields carried by hf_lightning.Trainer's own DataLoaders and accelerator only: refused (when not at the
+# Fields carried by hf_lightning.Trainer only (its DataLoaders, accelerator and train()): refused (when not at the
 # default) where a Lightning user brings the DataLoader (HFModule(model, args), to_lightning(args)).
-TRAINER_ONLY = frozenset({"accelerator_config"})
+TRAINER_ONLY = frozenset({"accelerator_config", "debug"})
 
 
 def check_supported(args: Any, *, by_trainer: bool = False) -> None:

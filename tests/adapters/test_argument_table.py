@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # A non-default value for every "not yet" field; a new "not yet" row needs an entry here.
 NOT_YET_VALUES = {
     "parallelism_config": {"tp_size": 2},
-    "debug": "underflow_overflow",
 }
 
 
@@ -103,20 +102,27 @@ def test_not_yet_field_with_a_value_is_refused(name, value):
 
 
 def test_one_error_names_every_not_yet_field():
-    """Several "not yet" fields are reported together, in one error."""
+    """Several refused fields are reported together, in one error: "not yet" ones, and the Trainer-only ones
+    when the DataLoader is the user's."""
     args = TrainingArguments(accelerator_config={"split_batches": True}, debug="underflow_overflow")
+    args.parallelism_config = {"tp_size": 2}
     with pytest.raises(NotImplementedError) as caught:
         check_supported(args)
     message = str(caught.value)
     assert "`TrainingArguments(accelerator_config={'split_batches': True" in message
-    assert "is not supported by hf_lightning yet" in message
-    assert "`TrainingArguments(debug=" in message
+    assert (
+        "`TrainingArguments(parallelism_config={'tp_size': 2})` is not supported by hf_lightning yet"
+        in message
+    )
+    assert "`TrainingArguments(debug=[" in message and "is honoured by hf_lightning.Trainer only" in message
+    check_supported(TrainingArguments(accelerator_config={"split_batches": True}, debug="underflow_overflow"),
+                    by_trainer=True)  # fmt: skip
 
 
 def test_refusal_names_the_seq2seq_class():
     """The error quotes the class the user built."""
     with pytest.raises(NotImplementedError, match=r"`Seq2SeqTrainingArguments\(debug="):
-        check_supported(Seq2SeqTrainingArguments(debug="underflow_overflow"))
+        check_supported(Seq2SeqTrainingArguments(debug="underflow_overflow"))  # a Lightning user's plan
 
 
 def test_supported_fields_are_not_refused():

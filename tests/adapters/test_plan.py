@@ -296,6 +296,7 @@ def test_not_yet_arguments_are_refused():
     args = TrainingArguments(
         output_dir="out", accelerator_config={"split_batches": True}, debug="underflow_overflow"
     )
+    args.parallelism_config = {"tp_size": 2}
     with pytest.raises(NotImplementedError) as caught:
         to_lightning(args)
     assert "`TrainingArguments(accelerator_config={'split_batches': True" in str(caught.value)

@@ -28,6 +28,7 @@ from hf_lightning.args.translate import module_settings, run_length
 from hf_lightning.callbacks import ExportableState, TrainerState
 from hf_lightning.checkpoint.lock import claim_output_dir
 from hf_lightning.checkpoint.resume_args import compare_trainer_and_checkpoint_args, report_resume_changes
+from hf_lightning.debug_utils import debug_for_training
 from hf_lightning.kernels import apply_liger_kernel
 from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
@@ -92,6 +93,9 @@ class TrainLauncher:
             t.optimizer, t.lr_scheduler = None, None
         if runtime.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
             apply_liger_kernel(t.model, runtime.liger_kernel_config)
+        debug_for_training(
+            args.debug, t.model, args.n_gpu
+        )  # debug="underflow_overflow": hooks stay on the model
         if isinstance(resume_from_checkpoint, bool) and resume_from_checkpoint:
             resume_from_checkpoint = get_last_checkpoint(t._get_output_dir(trial))
             if resume_from_checkpoint is None:
