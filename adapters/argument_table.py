@@ -208,7 +208,7 @@ _TABLE: dict[str, ArgumentRow] = {
     ),
     "accelerator_config": ArgumentRow(
         "Trainer accelerator (its dataloader_config and gradient_state; one process: every key; several "
-        "processes: the batch keys at their defaults, else NotImplementedError)"
+        "processes: split_batches, the other batch keys at their defaults, else NotImplementedError)"
     ),
     "parallelism_config": ArgumentRow("tensor / context parallelism (not built)", NOT_YET),
     **_rows(

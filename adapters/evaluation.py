@@ -114,11 +114,18 @@ class EvalCollective:
         dist.all_reduce(size, op=dist.ReduceOp.MAX)
         return pad_to_length(data, int(size.item()), pad_index, dim=dim)
 
-    def gather(self, data: Any, step: int) -> Any:
-        """``data`` of all ranks, concatenated in rank order, without the repeated samples of round ``step``."""
+    def gather(self, data: Any, step: int, entries_per_rank: int | None = None) -> Any:
+        """``data`` of all ranks, concatenated in rank order, without the repeated samples of round ``step``.
+
+        ``entries_per_rank``: each rank gives that many entries instead of one per row (transformers repeats
+        a batch's loss ``eval_batch_size`` times, more than a rank's rows under ``split_batches``); only the
+        last round is cut then, to its real rows, as accelerate's ``gather_for_metrics`` cuts it."""
         if not self.active:
             return data
-        keep = cast(EvalShardSampler, self.sampler).real_rows(step)  # active implies a sampler
+        sampler = cast(EvalShardSampler, self.sampler)  # active implies a sampler
+        keep = sampler.real_rows(step)
+        if entries_per_rank is not None and keep == sampler.batch_size * self.world_size:
+            keep = entries_per_rank * self.world_size  # a full round: every entry is real
         if self.use_gather_object or not _all_tensors(data):
             return self._gather_objects(data)[:keep]  # one flat list, an entry per sample
         return nested_truncate(self._gather_tensors(data), keep)

@@ -92,12 +92,17 @@ def test_num_steps_with_gradient_accumulation_is_refused_as_on_transformers(tmp_
 
 
 def test_batch_keys_on_several_processes_are_refused_by_name(tmp_path):
+    """Under several processes split_batches is carried (tests/parity/test_ddp_split_batches_parity.py); the
+    other batch keys are refused by name, as is a batch that does not divide between the processes."""
+    config = {"split_batches": True, "even_batches": False, "dispatch_batches": True, "non_blocking": True}
     args = hf_lightning.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none",
-                                          accelerator_config={"split_batches": True, "non_blocking": True})  # fmt: skip
+                                          accelerator_config=config)  # fmt: skip
     env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
-    with pytest.raises(
-        NotImplementedError, match=r"accelerator_config=\{'split_batches': True\}\)` is not supp"
-    ):
+    refused = r"accelerator_config=\{'dispatch_batches': True, 'even_batches': False\}\)` is not supported"
+    with pytest.raises(NotImplementedError, match=refused):
         accelerator_settings(args, env)
     single = accelerator_settings(args, {})
     assert single.dataloader["split_batches"] is True and single.dataloader["non_blocking"] is True
+    carried = hf_lightning.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none",
+                                             accelerator_config={"split_batches": True})  # fmt: skip
+    assert accelerator_settings(carried, env).dataloader["split_batches"] is True

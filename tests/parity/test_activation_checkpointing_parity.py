@@ -31,7 +31,9 @@ def _train(lib, out, model):
 @pytest.mark.parametrize("lib", [transformers, hf_lightning], ids=["transformers", "hf_lightning"])
 def test_only_gradient_checkpointing_enable_is_called_with_the_warning(tmp_path, lib):
     model = OlderModel()
-    with pytest.warns(FutureWarning, match="only defines `gradient_checkpointing_enable`, which is deprecated"):
+    with pytest.warns(
+        FutureWarning, match="only defines `gradient_checkpointing_enable`, which is deprecated"
+    ):
         try:
             _train(lib, tmp_path, model)
         except TypeError:  # transformers 5.24 passes every_n_layers/offload, which this signature lacks

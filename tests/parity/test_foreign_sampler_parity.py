@@ -19,7 +19,9 @@ def _order(mod, out, sampler: str) -> tuple[list[list[int]], list[float]]:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
     model.loss_type = "ForCausalLM"  # transformers counts shifted labels (docs/divergences.md)
-    rows = [{"input_ids": torch.tensor([i, 2, 3, 4]), "labels": torch.tensor([i, 2, 3, 4])} for i in range(12)]
+    rows = [
+        {"input_ids": torch.tensor([i, 2, 3, 4]), "labels": torch.tensor([i, 2, 3, 4])} for i in range(12)
+    ]
     seen: list[list[int]] = []
 
     class Custom(mod.Trainer):

@@ -61,6 +61,9 @@ def accelerator_settings(
 # accelerator_config keys whose non-default value changes how batches reach several processes
 _SHARDING_DEFAULTS = {"split_batches": False, "dispatch_batches": None, "even_batches": True,
                       "use_seedable_sampler": True}  # fmt: skip
+_CARRIED_ON_SEVERAL = frozenset(
+    {"split_batches"}
+)  # each rank takes its slice of every batch (trainer/data.py)
 
 
 def _read_accelerator_config(args: Any, world_size: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -68,7 +71,8 @@ def _read_accelerator_config(args: Any, world_size: int) -> tuple[dict[str, Any]
     becomes ``gradient_accumulation_steps`` (a ``ValueError`` when both are set), ``non_blocking`` without
     pinned memory warns. On one process every key is honoured as accelerate honours it there (the
     batch keys change nothing, ``use_seedable_sampler=False`` draws the order from torch's global
-    generator); under several processes the batch keys must keep their defaults (``NotImplementedError``)."""
+    generator); under several processes ``split_batches`` gives each rank its slice of every batch
+    (``trainer/data.py``), the other batch keys must keep their defaults (``NotImplementedError``)."""
     config = dict(args.accelerator_config or {})
     accumulation = dict(config.get("gradient_accumulation_kwargs") or {})
     if "num_steps" in accumulation:
@@ -80,7 +84,9 @@ def _read_accelerator_config(args: Any, world_size: int) -> tuple[dict[str, Any]
             )
         args.gradient_accumulation_steps = int(accumulation["num_steps"])
     accumulation["num_steps"] = 1  # the Trainer accumulates itself, as transformers tells accelerate
-    changed = sorted(k for k, v in _SHARDING_DEFAULTS.items() if k in config and config[k] != v)
+    changed = sorted(
+        k for k, v in _SHARDING_DEFAULTS.items() if config.get(k, v) != v and k not in _CARRIED_ON_SEVERAL
+    )
     if world_size > 1 and changed:
         raise NotImplementedError(
             f"`{type(args).__name__}(accelerator_config={{{', '.join(f'{k!r}: {config[k]!r}' for k in changed)}}})`"

@@ -99,7 +99,7 @@ class DataLoaderBuilder:
         sampler, batch_sampler = ENGINE.build_train_sampler(
             data.train_sampling_strategy,
             lengths if lengths is not None else len(dataset),
-            batch_size=t._train_batch_size,
+            batch_size=self.per_process(t._train_batch_size, max(args.world_size, 1)),
             gradient_accumulation_steps=t.plan.module.gradient_accumulation_steps,
             num_replicas=max(args.world_size, 1),
             rank=args.process_index,
@@ -153,7 +153,11 @@ class DataLoaderBuilder:
         world_size, rank = ENGINE.EvalEngine(t.accelerator, settings=t.plan.eval_placement).world()
         if world_size > 1:
             return ENGINE.EvalShardSampler(
-                len(eval_dataset), args.eval_batch_size, world_size, rank, drop_last=data.dataloader_drop_last
+                len(eval_dataset),
+                self.per_process(args.eval_batch_size, world_size),
+                world_size,
+                rank,
+                drop_last=data.dataloader_drop_last,
             )
         if data.train_sampling_strategy == "group_by_length":
             seed = data.sampler_seed
@@ -189,8 +193,22 @@ class DataLoaderBuilder:
         del dataloader_key
         loader = self._build(dataset, description, batch_size, sampler_fn, is_training)
         if isinstance(loader, DataLoader):
-            loader.total_batch_size = batch_size * max(1, self.trainer.args.world_size)
+            world = max(1, self.trainer.args.world_size)
+            split = self.per_process(batch_size, world) != batch_size
+            loader.total_batch_size = batch_size if split else batch_size * world
         return loader
+
+    def per_process(self, batch_size: int, world_size: int) -> int:
+        """The rows of a batch one process takes: all of them, or its slice with ``accelerator_config``'s
+        ``split_batches`` (accelerate's rule: the batch divides evenly between the processes)."""
+        if world_size <= 1 or not self.trainer.accelerator.split_batches:
+            return batch_size
+        if batch_size % world_size:
+            raise ValueError(
+                f"To use a `DataLoader` in `split_batches` mode, the batch size ({batch_size}) needs to be a "
+                f"round multiple of the number of processes ({world_size})."
+            )
+        return batch_size // world_size
 
     def _build(
         self, dataset: Any, description: str, batch_size: int, sampler_fn: Any, is_training: bool
@@ -205,7 +223,7 @@ class DataLoaderBuilder:
         ):
             lengths = self._lengths(dataset)  # read before unused columns (the length column) are dropped
         dataset, collator = self._without_unused_columns(dataset, description)
-        params = self._loader_params(batch_size, collator)
+        params = self._loader_params(self.per_process(batch_size, max(args.world_size, 1)), collator)
         if not isinstance(dataset, IterableDataset):
             sampler = _call_sampler_fn(sampler_fn, dataset, lengths)
             if _is_batch_sampler(sampler):

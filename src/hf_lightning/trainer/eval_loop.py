@@ -171,7 +171,9 @@ class EvaluationLoop:
         """Pad, preprocess, gather and (when ``keep``) accumulate one batch's outputs."""
         collective, (losses, logits, labels) = run.collective, outputs
         if losses is not None:
-            losses = collective.gather(losses.repeat(batch_size), step)  # one loss per sample
+            repeat = self.trainer.args.eval_batch_size if self.trainer.accelerator.split_batches else None
+            # one loss per sample; under split_batches eval_batch_size copies of each rank's, as transformers
+            losses = collective.gather(losses.repeat(repeat or batch_size), step, repeat)
             run.losses.add(losses)
         if "inputs" in self.trainer.plan.evaluation.include_for_metrics:
             decoded = collective.gather(collective.pad_across_processes(self._eval_main_input(inputs)), step)
