@@ -27,7 +27,13 @@ from torch import nn
 
 from hf_lightning.args.enums import DebugOption
 
-__all__ = ["DebugOption", "DebugUnderflowOverflow", "debug_for_training", "detect_overflow"]
+__all__ = [
+    "DebugOption",
+    "DebugUnderflowOverflow",
+    "debug_for_training",
+    "detect_overflow",
+    "get_abs_min_max",
+]
 
 _INDENT = " " * 17  # the width of the two number columns
 
@@ -44,7 +50,8 @@ def detect_overflow(var: torch.Tensor, ctx: str) -> bool:
     return found
 
 
-def _magnitudes(value: torch.Tensor, label: str) -> str:
+def get_abs_min_max(value: torch.Tensor, label: str) -> str:
+    """``"<abs min> <abs max> <label>"`` of a tensor, as a frame line (an empty or bool tensor says so)."""
     if value.numel() == 0:
         return f"{'empty':>17} {label}"
     if value.dtype == torch.bool:
@@ -110,7 +117,7 @@ class DebugUnderflowOverflow:
         parts += list(_labelled(inputs, "input")) + list(_labelled(output, "output"))
         for value, label in parts:
             if torch.is_tensor(value):
-                lines.append(_magnitudes(value, label))
+                lines.append(get_abs_min_max(value, label))
                 overflow = detect_overflow(value, label) or overflow
             else:
                 lines.append(f"{'None' if value is None else 'not a tensor':>17} {label}")

@@ -34,6 +34,7 @@ from hf_lightning.special_tokens import align_special_tokens
 from hf_lightning.train_data_checks import check_train_dataloader
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer.surface import check_parts
+from hf_lightning.trainer_jit_checkpoint import release_sigterm
 from hf_lightning.trainer_utils import (
     TrainOutput,
     enable_full_determinism,
@@ -226,6 +227,9 @@ class TrainLauncher:
             ENGINE.run_fit(request)
         finally:
             t.accelerator.bind(None)
+            release_sigterm(
+                t.callback_handler.callbacks
+            )  # enable_jit_checkpoint: SIGTERM is the process's again
 
     def init_training_state(
         self,

@@ -66,6 +66,7 @@ from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import RUN_ATTRIBUTES, TrainingRun
 from hf_lightning.trainer.steps import BatchSteps
 from hf_lightning.trainer.train import TrainLauncher
+from hf_lightning.trainer_jit_checkpoint import jit_callbacks
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils import constructor_inputs as _inputs
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
@@ -184,15 +185,10 @@ class Trainer:
         self.hub = HubPublisher(self)
 
     def _init_callbacks(self, callbacks: list[TrainerCallback] | None) -> None:
-        """``DefaultFlowCallback``, the report_to callbacks, the user's callbacks, then the progress bar."""
-        default_callbacks: list[Any] = [*DEFAULT_CALLBACKS, *ENGINE.reporting_callbacks(self.args)]
-        self.callback_handler = CallbackHandler(
-            default_callbacks + list(callbacks or []),
-            self.model,
-            self.processing_class,
-            self.optimizer,
-            self.lr_scheduler,
-        )
+        """The default callbacks (report_to, JIT checkpoints), the user's callbacks, then the progress bar."""
+        defaults = [*DEFAULT_CALLBACKS, *ENGINE.reporting_callbacks(self.args), *jit_callbacks(self)]
+        handed = (self.model, self.processing_class, self.optimizer, self.lr_scheduler)
+        self.callback_handler = CallbackHandler([*defaults, *(callbacks or [])], *handed)
         self.add_callback(PrinterCallback if self.plan.runtime.disable_tqdm else DEFAULT_PROGRESS_CALLBACK)
 
     def _inspect_model(self) -> None:
