@@ -9,17 +9,17 @@ first kernel call). A missing package raises ``ImportError`` naming ``pip instal
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 from torch import nn
 
 from hf_lightning.optim.packages import require_package
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["apply_liger_kernel"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _base_model(model: nn.Module) -> nn.Module:

@@ -26,7 +26,6 @@ batch; what is asked (does the loss use the count, does it shift) is the model's
 
 from __future__ import annotations
 
-import logging
 import math
 import weakref
 from collections.abc import Mapping
@@ -35,6 +34,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "LossRule",
@@ -45,7 +46,7 @@ __all__ = [
     "registry_shifts_labels",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 IGNORE_INDEX = -100
 _RULES: weakref.WeakKeyDictionary[nn.Module, LossRule] = weakref.WeakKeyDictionary()

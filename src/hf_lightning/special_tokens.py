@@ -16,12 +16,13 @@ processor by its ``tokenizer`` attribute.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
+
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["align_special_tokens", "tokenizer_of"]
 
-logger = logging.getLogger("hf_lightning.trainer_utils")
+logger = get_logger("hf_lightning.trainer_utils")
 
 _TOKENS = ("eos_token_id", "bos_token_id", "pad_token_id")
 

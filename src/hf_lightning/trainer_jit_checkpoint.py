@@ -14,7 +14,6 @@ before the Trainer once ``train()`` ends (:meth:`JITCheckpointCallback.release`)
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -22,10 +21,11 @@ from typing import Any
 
 from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.trainer_utils import PREFIX_CHECKPOINT_DIR
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["CheckpointManager", "JITCheckpointCallback", "jit_callbacks", "release_sigterm"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _SENTINEL = "checkpoint-is-incomplete.txt"
 

@@ -13,7 +13,6 @@ import copy
 import functools
 import importlib
 import inspect
-import logging
 import os
 import random
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from hf_lightning.trainer_utils_memory import TrainerMemoryTracker, find_executable_batch_size
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.args.enums import FSDPOption, HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
@@ -56,7 +56,7 @@ __all__ = [
     "speed_metrics",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 PREFIX_CHECKPOINT_DIR = "checkpoint"
 #: A checkpoint folder holding this file was not completely written (the save was interrupted).

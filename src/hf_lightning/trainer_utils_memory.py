@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -23,9 +22,11 @@ from typing import Any, cast
 
 import torch
 
+from hf_lightning.utils.logging import get_logger
+
 __all__ = ["TrainerMemoryTracker", "find_executable_batch_size", "is_out_of_memory_error"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _rss_reader() -> Callable[[], int]:

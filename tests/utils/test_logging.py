@@ -248,6 +248,33 @@ def test_a_handler_on_the_transformers_trainer_logger_receives_ours():
     assert stream.getvalue() == "seen\n"
 
 
+def test_a_patched_method_of_the_transformers_logger_receives_our_line(caplog):
+    """transformers' tests patch ``transformers.trainer_callback.logger.warning``: the mock gets our line
+    (formatted, as transformers' call passes it) in place of the handlers, as it gets transformers'."""
+    from unittest import mock
+
+    import transformers.trainer_callback
+
+    from hf_lightning import CallbackHandler, DefaultFlowCallback
+
+    with mock.patch("transformers.trainer_callback.logger.warning") as warn:
+        CallbackHandler([DefaultFlowCallback, DefaultFlowCallback], None, None, None, None)
+    assert warn.called and "DefaultFlowCallback" in warn.call_args[0][0]
+    assert [r for r in caplog.records if "DefaultFlowCallback" in r.getMessage()] == []
+    assert not isinstance(transformers.trainer_callback.logger.__dict__.get("warning"), mock.Mock)
+
+
+def test_a_replaced_transformers_logger_object_receives_our_line():
+    """``mock.patch("transformers.trainer.logger")`` swaps the module's logger object: it gets our line."""
+    from unittest import mock
+
+    import transformers.trainer  # noqa: F401 - the module whose logger is replaced
+
+    with mock.patch("transformers.trainer.logger") as fake:
+        logging.getLogger("hf_lightning.trainer.train").warning("seen by the replacement")
+    fake.warning.assert_called_once_with("seen by the replacement")
+
+
 def test_a_capture_logger_on_the_transformers_library_logger_receives_ours():
     """transformers' tests capture with ``CaptureLogger(transformers.logging.get_logger())``: a handler on
     the library logger receives our records as it receives transformers' (propagation), and transformers'

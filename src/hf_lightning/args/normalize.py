@@ -29,10 +29,11 @@ from hf_lightning.args.fsdp import normalize_fsdp
 from hf_lightning.args.trackers import available_integrations
 from hf_lightning.args.validate import check_types
 from hf_lightning.best_metric import default_greater_is_better
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
 
-logger = logging.getLogger("hf_lightning")
+logger = get_logger("hf_lightning")
 
 _ENUM_FIELDS: tuple[tuple[str, type[ChoiceEnum]], ...] = (
     ("eval_strategy", IntervalStrategy),

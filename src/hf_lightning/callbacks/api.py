@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "ExportableState",
@@ -44,7 +45,7 @@ __all__ = [
     "TrainerState",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 #: Every event a `TrainerCallback` can receive, in the order they first fire in a training run.

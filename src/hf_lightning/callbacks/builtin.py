@@ -6,17 +6,17 @@ arguments may be enum members or plain strings (``"steps"``, ``"epoch"``, ``"no"
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.best_metric import improves
 from hf_lightning.callbacks.api import ExportableState, TrainerCallback
 from hf_lightning.trainer_utils import has_length
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _format_logs(logs: dict[str, Any], max_str_len: int | None = None) -> dict[str, Any]:

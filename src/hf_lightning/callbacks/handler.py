@@ -8,14 +8,14 @@ Before dispatching, some events clear the control flag they own, as transformers
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from hf_lightning.callbacks.api import TrainerCallback, TrainerControl
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["CallbackHandler"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class CallbackHandler(TrainerCallback):

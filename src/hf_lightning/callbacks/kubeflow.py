@@ -16,7 +16,6 @@ A failed post is logged at debug level and never interrupts training.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import ssl
 import time
@@ -27,10 +26,11 @@ from typing import Any
 from hf_lightning.args.normalize import KUBEFLOW_SERVER_URL_ENV as SERVER_URL_ENV
 from hf_lightning.args.normalize import is_kubeflow_available
 from hf_lightning.callbacks.api import TrainerCallback
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["KubeflowCallback", "is_kubeflow_available"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 TOKEN_PATH_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
 CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"

@@ -19,7 +19,6 @@ rotate the good ones out. Here (``docs/divergences.md``):
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ import torch
 
 from hf_lightning.callbacks.api import TrainerCallback
 from hf_lightning.checkpoint.weights import WEIGHT_FILE_NAMES
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "NonFiniteError",
@@ -42,7 +42,7 @@ __all__ = [
     "warn_nonfinite_save",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class NonFiniteError(FloatingPointError):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from hf_lightning.callbacks.api import TrainerControl
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["restore_callbacks"]
 
@@ -29,7 +29,7 @@ def restore_callbacks(handler: Any, control: TrainerControl, stored: dict[str, A
                 rebuilt.append(new)
                 handler.remove_callback(type(new))
     if missing:  # the package logger: transformers.trainer's, where a script looks for it
-        logging.getLogger("hf_lightning.trainer").warning(
+        get_logger("hf_lightning.trainer").warning(
             "Checkpoint included callbacks not included in current configuration. "
             f"Ignoring. ({', '.join(missing)})"
         )

@@ -25,7 +25,6 @@ before (copying 2.2 GB into memory already mapped took 0.39 s on the development
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import threading
 import time
@@ -33,6 +32,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "BackgroundSaver",
@@ -43,7 +44,7 @@ __all__ = [
     "snapshot_save_options",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 Storages = dict[Any, torch.UntypedStorage]

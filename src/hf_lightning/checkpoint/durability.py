@@ -43,7 +43,6 @@ checkpoint is on stable storage, so that a machine that loses power right after 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -52,6 +51,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from hf_lightning.checkpoint.io import disk_full_error, fsync_dir, fsync_tree
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "FULL_DISK_ADVICE",
@@ -66,7 +66,7 @@ __all__ = [
     "wait_for_flush_of",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 ROTATED_PREFIX = ".rotated-"
 """A folder rotation (or a step saved again) deletes, renamed while the new checkpoint is not durable yet."""

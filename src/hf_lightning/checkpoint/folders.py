@@ -27,6 +27,7 @@ from hf_lightning.checkpoint.sharded import (
 )
 from hf_lightning.checkpoint.verify import content_problem, missing_listed_files
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHT_FILE_NAMES, WEIGHTS_INDEX_NAME
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "INCOMPLETE_SENTINEL_NAME",
@@ -53,7 +54,7 @@ TRAINER_STATE_NAME = "trainer_state.json"
 INCOMPLETE_SENTINEL_NAME = "checkpoint-is-incomplete.txt"
 
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def _same_path(first: str, second: str) -> bool:
@@ -277,7 +278,7 @@ def find_resumable_checkpoint(
     checkpoint (checkpoint/durability.py) competes by its step; when chosen it gets its name back.
     """
     wait_for_durability()  # this process's newest checkpoint is on disk first
-    log = logger if logger is not None else logging.getLogger(__name__)
+    log = logger if logger is not None else get_logger(__name__)
     output_dir = os.fspath(output_dir)
     visible = [(_step_of(os.path.basename(path)) or 0, True, path) for path in sorted_checkpoints(output_dir)]
     hidden = [(step, False, path) for step, path in _rotated_checkpoints(output_dir)]

@@ -21,7 +21,6 @@ its hooks.
 
 from __future__ import annotations
 
-import logging
 import math
 import signal
 import threading
@@ -29,10 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from hf_lightning.utils.logging import get_logger
+
 __all__ = ["DEFAULT_KILL_WAIT", "JITTimings", "SigtermWatch", "should_stop"]
 
 DEFAULT_KILL_WAIT = 3.0
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class SigtermWatch:

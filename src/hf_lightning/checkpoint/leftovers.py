@@ -22,12 +22,12 @@ is unlinked, never followed: nothing outside ``output_dir`` is deleted.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
 
 from hf_lightning.checkpoint.durability import ROTATED_NAME
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["LOCK_NAME", "TEMPORARY_PATTERNS", "find_leftovers", "remove_leftovers"]
 
@@ -47,7 +47,7 @@ _FOLDERS = re.compile(
 )
 _FILES = re.compile(r"^.+\.tmp-\d+$")
 _CHECKPOINT = re.compile(r"^checkpoint-\d+$")
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def find_leftovers(output_dir: str | os.PathLike[str]) -> list[str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import socket
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 
 from hf_lightning.checkpoint.durability import durability_deferred, wait_for_durability
 from hf_lightning.checkpoint.leftovers import LOCK_NAME, remove_leftovers
+from hf_lightning.utils.logging import get_logger
 
 try:  # POSIX
     import fcntl
@@ -40,7 +40,7 @@ except ImportError:  # pragma: no cover - Windows: the recorded process is check
 
 __all__ = ["LOCK_NAME", "OutputDirBusyError", "OutputDirLock", "claim_output_dir"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 _HELD: dict[str, list[Any]] = {}
 """realpath -> [lock, depth]: this process's locks (a nested train() into the same folder re-enters)."""
 

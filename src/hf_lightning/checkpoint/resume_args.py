@@ -16,16 +16,16 @@ arguments ask (docs/divergences.md):
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from typing import Any
 
 from hf_lightning.checkpoint.io import CheckpointError, load_training_args, plain_args_dict
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["compare_trainer_and_checkpoint_args", "report_resume_changes", "resume_argument_differences"]
 
-logger = logging.getLogger("hf_lightning.trainer_utils")
+logger = get_logger("hf_lightning.trainer_utils")
 
 _STEP_FIELDS = ("logging_steps", "eval_steps", "save_steps")
 _warned: set[str] = set()
@@ -65,7 +65,7 @@ def compare_trainer_and_checkpoint_args(training_args: Any, trainer_state: Any) 
 
 _SCHEDULE = ("lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio")
 _RNG_FILE = re.compile(r"^rng_state_(\d+)\.pth$")
-_resume_logger = logging.getLogger("hf_lightning.trainer")  # transformers.trainer's twin, where scripts look
+_resume_logger = get_logger("hf_lightning.trainer")  # transformers.trainer's twin, where scripts look
 
 
 def _saved_world_size(folder: str) -> int | None:

@@ -9,7 +9,6 @@ distributed). A run with one process writes ``rng_state.pth``; with several, eac
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 from typing import Any
@@ -18,10 +17,11 @@ import numpy as np
 import torch
 
 from hf_lightning.checkpoint.io import CheckpointError, safe_torch_load
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["capture_rng_state", "load_rng_state", "restore_rng_state", "rng_state_file_name"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def rng_state_file_name(process_index: int = 0, world_size: int = 1) -> str:

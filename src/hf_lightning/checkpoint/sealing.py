@@ -21,7 +21,6 @@ process killed at any moment leaves the folder unpublished, exactly as a save wi
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -29,10 +28,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from hf_lightning.checkpoint.hashing import ALGORITHM, HashingWriter, file_entry
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["FolderSealer", "listed_files"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _WRITEBACK_EVERY = 32 * 1024 * 1024
 _SKIPPED = ("checkpoint-is-incomplete.txt", "checkpoint-manifest.json")

@@ -8,17 +8,17 @@ The folder format and the rest of the writing side: :mod:`hf_lightning.checkpoin
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from hf_lightning.checkpoint.folders import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME
 from hf_lightning.checkpoint.io import CheckpointError, safe_torch_load
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["ExtraFile", "load_optimizer_and_scheduler", "write_extra_files", "write_state"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 ExtraFile = bytes | str | Callable[[str], None]
 

@@ -46,7 +46,6 @@ Several processes (``world_size > 1``) call :func:`save_checkpoint` with the sam
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -98,6 +97,7 @@ from hf_lightning.checkpoint.state_files import (
 )
 from hf_lightning.checkpoint.verify import write_manifest
 from hf_lightning.checkpoint.weights import load_model_weights, save_model_weights, unwrap_model
+from hf_lightning.utils.logging import get_logger
 
 __all__ = [
     "INCOMPLETE_SENTINEL_NAME",
@@ -126,7 +126,7 @@ __all__ = [
     "write_training_args",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def checkpoint_path(output_dir: str | os.PathLike[str], global_step: int) -> str:

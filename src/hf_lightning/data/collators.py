@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_lightning.utils.logging import get_logger
+
 __all__ = [
     "DataCollatorWithPadding",
     "DefaultDataCollator",
@@ -33,7 +35,7 @@ __all__ = [
     "signature_columns",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _LABEL_KEYS = ("label", "label_ids")
 _RETURN_TENSORS = ("pt", "np")
@@ -295,7 +297,7 @@ class RemoveColumnsCollator:
         self.data_collator = data_collator
         self.signature_columns = list(signature_columns)
         self._keep = frozenset(self.signature_columns)
-        self.logger = logger if logger is not None else logging.getLogger(__name__)
+        self.logger = logger if logger is not None else get_logger(__name__)
         self.model_name = model_name
         self.description = description
         self.message_logged = False

@@ -10,7 +10,6 @@ stepped in a post-accumulate-grad hook during backward; the optimizer the Traine
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any
 
@@ -19,10 +18,11 @@ from torch import nn
 
 from hf_lightning.args.enums import enum_value
 from hf_lightning.optim.layerwise import LayerWiseDummyOptimizer
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["low_rank_groups", "matches_target_module", "setup_low_rank_optimizer"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def matches_target_module(targets: str | list[str], name: str) -> tuple[bool, bool]:

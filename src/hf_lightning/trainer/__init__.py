@@ -7,14 +7,13 @@ Also ``transformers.trainer``'s module-level names a script or test may import f
 
 from __future__ import annotations
 
-import logging
-
 from hf_lightning.checkpoint.folders import TRAINER_STATE_NAME
 from hf_lightning.trainer.binding import TransformersBinding, use_as_transformers_trainer
 from hf_lightning.trainer.seq2seq import Seq2SeqTrainer
 from hf_lightning.trainer.trainer import DEFAULT_CALLBACKS, DEFAULT_PROGRESS_CALLBACK, Trainer
+from hf_lightning.utils.logging import get_logger
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 """The facade's logger for warnings about the run's configuration (transformers.trainer's ``logger``)."""
 
 __all__ = [

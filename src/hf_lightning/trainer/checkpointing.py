@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
 import time
 from typing import TYPE_CHECKING, Any, cast
@@ -59,13 +58,14 @@ from hf_lightning.checkpoint.store import (
     rotate_checkpoints,
     save_checkpoint,
 )
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["CheckpointPolicy"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class CheckpointPolicy:

@@ -9,7 +9,6 @@ samplers back through the Trainer, so an override is used.
 from __future__ import annotations
 
 import inspect
-import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,14 @@ from hf_lightning.data.collators import (
 from hf_lightning.data.dispatch import DispatchedBatches
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import has_length, seed_worker
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["DataLoaderBuilder", "find_labels"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 def find_labels(model: Any) -> list[str]:

@@ -24,7 +24,6 @@ Where the model runs and how ranks gather is ``hf_lightning.adapters.evaluation`
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,13 +41,14 @@ from hf_lightning.eval_utils import (
 )
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import EvalLoopOutput, denumpify_detensorize, has_length
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["EvaluationLoop"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class _EvalRun:

@@ -31,7 +31,6 @@ import copy
 import dataclasses
 import importlib
 import importlib.util
-import logging
 import random
 from collections.abc import Callable, Iterator
 from types import ModuleType
@@ -43,6 +42,7 @@ import torch
 from hf_lightning.args.enums import ChoiceEnum, enum_value
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
@@ -55,7 +55,7 @@ __all__ = [
     "default_hp_space_ray",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 _DIRECTIONS = ("minimize", "maximize")
 

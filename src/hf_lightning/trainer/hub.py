@@ -19,7 +19,6 @@ and the local folder where the model is safe.
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from concurrent.futures import Future, wait
@@ -34,13 +33,14 @@ from hf_lightning.checkpoint.peft_adapters import (
     ADAPTER_WEIGHTS_NAME,
 )
 from hf_lightning.checkpoint.weights import SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
 __all__ = ["HubPushError", "HubPublisher", "hub_api"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 IGNORE_PATTERNS = ["_*", "checkpoint-*", *TEMPORARY_PATTERNS]
 """Never pushed from output_dir: transformers' private files and checkpoint folders (its own patterns), and

@@ -20,7 +20,6 @@ Trainer reads and assigns them through views (``delegation.held_by``), and the p
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any, cast
@@ -31,6 +30,7 @@ from hf_lightning.callbacks import TrainerControl, TrainerState
 from hf_lightning.callbacks.nonfinite import NonFiniteRecord, observe_loss, observe_step
 from hf_lightning.train_data_checks import no_batch_error
 from hf_lightning.trainer_utils import speed_metrics
+from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from torch import nn
@@ -55,7 +55,7 @@ def _input_tokens(inputs: dict[str, Any], name: str, mode: str | bool, pad_token
     return inputs[name].numel()
 
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 RUN_ATTRIBUTES = {
     "state": "state",

@@ -15,7 +15,6 @@ optimizer and scheduler (through the Trainer's overridable methods), hands the r
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sys
@@ -44,6 +43,7 @@ from hf_lightning.trainer_utils import (
     speed_metrics,
 )
 from hf_lightning.trainer_utils_memory import find_executable_batch_size
+from hf_lightning.utils.logging import get_logger
 from hf_lightning.utils.trainer_logs import log_train_header
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["TrainLauncher"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class TrainLauncher:

@@ -27,7 +27,6 @@ Most of transformers' methods are one line here: ``name = delegate("part", Part.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -69,11 +68,12 @@ from hf_lightning.trainer.train import TrainLauncher
 from hf_lightning.trainer_jit_checkpoint import jit_callbacks
 from hf_lightning.trainer_utils import TrainerMemoryTracker, TrainOutput, enable_full_determinism, set_seed
 from hf_lightning.utils import constructor_inputs as _inputs
+from hf_lightning.utils.logging import get_logger
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
 
 __all__ = ["Trainer"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
 """The callbacks every ``Trainer`` starts with (before the ``report_to`` ones), as in transformers."""

@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = [
     "TWINS",
@@ -113,6 +114,10 @@ class TwinLoggerFilter(logging.Filter):
         twin = _existing(name)
         if twin is not None and (twin.disabled or record.levelno < twin.level or not twin.filter(record)):
             return False
+        replaced = _replaced_method(name, twin, record.levelno)
+        if replaced is not None:  # a test's mock.patch on the twin: it receives the line in place of ours
+            replaced(record.getMessage())
+            return False
         # a twin transformers never created: its nearest existing ancestor's handlers still apply
         start = twin or _existing(_TRANSFORMERS_ROOT)
         default = getattr(sys.modules.get("transformers.utils.logging"), "_default_handler", None)
@@ -134,6 +139,32 @@ class TwinLoggerFilter(logging.Filter):
                 if id(handler) not in ours:
                     handler.handle(record)
         return True
+
+
+_METHODS = {
+    logging.DEBUG: "debug",
+    logging.INFO: "info",
+    logging.WARNING: "warning",
+    logging.ERROR: "error",
+    logging.CRITICAL: "critical",
+}
+
+
+def _replaced_method(name: str, twin: logging.Logger | None, levelno: int) -> Any:
+    """The twin module's ``logger.<level>`` when a script replaced it, else None.
+
+    ``mock.patch("transformers.trainer.logger.warning")`` sets the method on the logger object;
+    ``mock.patch("transformers.trainer.logger")`` replaces the module's logger object itself. Either way
+    transformers' line would reach the replacement and no handler, so ours does the same.
+    """
+    method = _METHODS.get(levelno)
+    module = sys.modules.get(name)
+    held = getattr(module, "logger", None) if module is not None else None
+    if method is None or held is None:
+        return None
+    if held is not twin:
+        return getattr(held, method, None)
+    return held.__dict__.get(method)
 
 
 def _existing(name: str) -> logging.Logger | None:
