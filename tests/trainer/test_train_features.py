@@ -154,6 +154,20 @@ def test_neftune_noise_in_training_only_and_removed_after(tmp_path):
     assert torch.equal(emb(ids), emb.weight[ids])
 
 
+def test_activate_neftune_takes_and_returns_the_model_as_transformers_4(tmp_path):
+    """``trainer.model = trainer._activate_neftune(trainer.model)`` (transformers 4.x's test) noises the
+    training-mode embeddings; ``_deactivate_neftune(model)`` removes the hook and returns the model."""
+    model = tiny_gpt2()
+    args = hf_lightning.TrainingArguments(str(tmp_path), neftune_noise_alpha=0.4, report_to="none")
+    trainer = hf_lightning.Trainer(model, args, train_dataset=causal_lm_data(n=4))
+    assert trainer._activate_neftune(trainer.model) is model
+    ids = torch.LongTensor([[1, 0, 1]])
+    emb = model.get_input_embeddings()
+    assert not torch.allclose(emb(ids), emb(ids))
+    assert trainer._deactivate_neftune(model) is model
+    assert torch.equal(emb(ids), emb(ids)) and len(emb._forward_hooks) == 0
+
+
 def test_model_init_and_seed_give_reproducible_runs(tmp_path):
     """model_init with the same seed gives identical runs; data_seed changes the data order."""
 

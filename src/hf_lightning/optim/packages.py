@@ -12,7 +12,13 @@ import importlib.metadata
 import sys
 from types import ModuleType
 
-__all__ = ["OPTIONAL_PACKAGES", "package_at_least", "package_version", "require_package"]
+__all__ = [
+    "OPTIONAL_PACKAGES",
+    "MissingOptionalPackageError",
+    "package_at_least",
+    "package_version",
+    "require_package",
+]
 
 OPTIONAL_PACKAGES: dict[str, tuple[str, str]] = {
     # import name: (the pip install line, what it is)
@@ -33,6 +39,14 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str]] = {
     "torch_npu": ("install torch_npu (an Ascend NPU machine)", "torch_npu"),
 }
 """Every optional package an ``optim`` name (or ``use_liger_kernel``) imports, with how to install it."""
+
+
+class MissingOptionalPackageError(ImportError, ValueError):
+    """An optional package an argument asked for is missing.
+
+    An ``ImportError``; also a ``ValueError``, the type transformers raises for some ``optim`` names
+    (``grokadamw``, ``adamw_anyprecision``, ...), so a script catching either keeps working.
+    """
 
 
 def _distribution(module: str) -> str:
@@ -76,13 +90,13 @@ def require_package(module: str, wanted_by: str, min_version: str | None = None)
     try:
         imported = importlib.import_module(module)
     except ImportError as error:
-        raise ImportError(
+        raise MissingOptionalPackageError(
             f"`{wanted_by}` needs the `{distribution}` package, which is not installed: {install}"
         ) from error
     if min_version is not None:
         if not package_at_least(package, min_version):
             found = package_version(package)
-            raise ImportError(
+            raise MissingOptionalPackageError(
                 f"`{wanted_by}` needs `{distribution}>={min_version}` (found {found}): {install}"
             )
     return imported

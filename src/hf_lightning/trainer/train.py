@@ -371,17 +371,23 @@ class TrainLauncher:
             torch.backends.cudnn.allow_tf32 = bool(plan.runtime.tf32)
 
     # --- NEFTune ---------------------------------------------------------------------------
-    def activate_neftune(self) -> None:
-        """``Trainer._activate_neftune``: noise on the input embeddings while training."""
+    def activate_neftune(self, model: Any = None) -> Any:
+        """``Trainer._activate_neftune([model])``: noise on the input embeddings while training.
+
+        Returns the model, as transformers 4.x's ``trainer.model = trainer._activate_neftune(trainer.model)``.
+        """
+        target = self.trainer.model if model is None else model
         alpha = self.trainer.neftune_noise_alpha
         if alpha is None:
-            return
+            return target
         from hf_lightning.neftune import activate_neftune
 
-        self.neftune_handle = activate_neftune(self.trainer.model, alpha)
+        self.neftune_handle = activate_neftune(target, alpha)
+        return target
 
-    def deactivate_neftune(self) -> None:
-        """``Trainer._deactivate_neftune``: remove the hook."""
+    def deactivate_neftune(self, model: Any = None) -> Any:
+        """``Trainer._deactivate_neftune([model])``: remove the hook; returns the model."""
         if self.neftune_handle is not None:
             self.neftune_handle.remove()
             self.neftune_handle = None
+        return self.trainer.model if model is None else model
