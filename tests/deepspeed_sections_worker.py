@@ -4,7 +4,10 @@
 (GA 2, warmup 2, weight decay 0.1) under ZeRO-2 with a DeepSpeed configuration that has no section
 (``none``), an ``optimizer`` section (``optimizer``) or both sections (``both``), every value
 ``"auto"``, and writes ``OUT/LIBRARY_SECTIONS.pt``: the losses and learning rates logged, the final
-weights and the classes of ``trainer.optimizer`` and ``trainer.lr_scheduler``.
+weights and the classes of ``trainer.optimizer`` and ``trainer.lr_scheduler``. Two more cases have no
+section: ``lora`` trains a LoRA adapter (its no-decay group is empty, which DeepSpeed drops) and ``retry``
+runs ``auto_find_batch_size`` from 4, the first attempt failing with an out-of-memory error (ZeRO
+has rewritten the first attempt's optimizer).
 """
 
 from __future__ import annotations
@@ -47,15 +50,35 @@ def config(sections: str, library: str) -> dict:
     return ds
 
 
+def _model(sections: str) -> torch.nn.Module:
+    model = tiny_gpt2(dropout=0.0)
+    if sections == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        torch.manual_seed(4)
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["c_attn"], lora_dropout=0.0))
+    return model
+
+
+def _out_of_memory_above(base: type, size: int) -> object:
+    class OutOfMemoryAbove(base):  # type: ignore[misc, valid-type]
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.train_batch_size > size:
+                raise RuntimeError("CUDA out of memory.")
+
+    return OutOfMemoryAbove()
+
+
 def main(out: str, library: str, sections: str) -> None:
     torch.set_num_threads(1)
     import deepspeed.comm.torch
 
     deepspeed.comm.torch.build_shm_op = lambda: None  # an optional g++ build (~80 s); gloo serves without it
     if library == "transformers":
-        from transformers import Trainer, TrainingArguments
+        from transformers import Trainer, TrainerCallback, TrainingArguments
     else:
-        from hf_lightning import Trainer, TrainingArguments
+        from hf_lightning import Trainer, TrainerCallback, TrainingArguments
+    retry = sections == "retry"
     args = TrainingArguments(
         os.path.join(out, f"{library}_{sections}"),
         use_cpu=True,
@@ -63,7 +86,8 @@ def main(out: str, library: str, sections: str) -> None:
         disable_tqdm=True,
         save_strategy="no",
         seed=3,
-        per_device_train_batch_size=2,
+        per_device_train_batch_size=4 if retry else 2,
+        auto_find_batch_size=retry,
         gradient_accumulation_steps=2,
         max_steps=3,
         learning_rate=0.01,
@@ -72,8 +96,14 @@ def main(out: str, library: str, sections: str) -> None:
         logging_steps=1,
         deepspeed=config(sections, library),
     )
-    model = tiny_gpt2(dropout=0.0)
-    trainer = Trainer(model=model, args=args, train_dataset=causal_lm_data(n=32, seed=5))
+    model = _model(sections)
+    callbacks = [_out_of_memory_above(TrainerCallback, 3)] if retry else None
+    data = causal_lm_data(n=32, seed=5)
+    for (
+        sample
+    ) in data:  # no first-position target: GPT-2's item count is then the same in both (divergence 1)
+        sample["labels"][0] = -100
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=callbacks)
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     scheduler = getattr(trainer.lr_scheduler, "scheduler", trainer.lr_scheduler)  # transformers' wrappers
@@ -83,6 +113,7 @@ def main(out: str, library: str, sections: str) -> None:
         "state": {name: value.detach().clone() for name, value in model.state_dict().items()},
         "optimizer": type(trainer.optimizer).__name__,
         "scheduler": type(scheduler).__name__,
+        "train_batch_size": trainer._train_batch_size,
     }
     torch.save(record, os.path.join(out, f"{library}_{sections}.pt"))
 

@@ -16,7 +16,7 @@ import torch
 from tests._ddp import run_ranks
 
 pytestmark = [pytest.mark.slow, pytest.mark.ddp]
-SECTIONS = ("none", "optimizer", "both")
+SECTIONS = ("none", "optimizer", "both", "lora", "retry")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]
 @pytest.mark.parametrize("sections", SECTIONS)
 def test_weights_and_losses_equal_transformers_under_deepspeed(runs, sections: str) -> None:
     """Without a ``gradient_clipping`` key both clip at 1.0; with the sections' AdamW and WarmupDecayLR (all
-    "auto"), the weights after 3 steps equal transformers' within 1e-5 and the logged losses are the same."""
+    "auto"), the weights after 3 steps equal transformers' within 1e-5 and the logged losses are the same.
+    So do a LoRA adapter's (an empty weight-decay group DeepSpeed drops before the scheduler is built) and
+    an ``auto_find_batch_size`` retry's (a fresh optimizer for the second attempt, at batch size 3)."""
     ours, theirs = runs["hf_lightning", sections], runs["transformers", sections]
+    assert ours["train_batch_size"] == theirs["train_batch_size"] == (3 if sections == "retry" else 2)
     assert ours["losses"] == pytest.approx(theirs["losses"], abs=1e-5)
     for name, value in theirs["state"].items():
         torch.testing.assert_close(ours["state"][name], value, rtol=0, atol=1e-5, msg=name)

@@ -30,11 +30,20 @@ class OptimizerSetup:
         self.trainer = trainer
         self.created_lr_scheduler = False
         """Whether ``trainer.lr_scheduler`` was created here (not passed with ``optimizers=``)."""
+        self.created_optimizer = False
+        """Whether ``trainer.optimizer`` was created here (not passed with ``optimizers=``)."""
 
     def forget_created_scheduler(self) -> None:
         """Drop a scheduler created for an earlier ``train()``, so this run creates its own."""
         if self.created_lr_scheduler:
             self.trainer.lr_scheduler, self.created_lr_scheduler = None, False
+
+    def forget_created_optimizer(self) -> None:
+        """Under DeepSpeed, drop an optimizer created for an earlier ``train()`` or batch-size attempt: ZeRO
+        replaced its groups with flat copies, so this run creates a fresh one (transformers' ``deepspeed_init``
+        does the same at each start)."""
+        if self.created_optimizer and trainer_deepspeed_settings(self.trainer.args) is not None:
+            self.trainer.optimizer, self.created_optimizer = None, False
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """``Trainer.create_optimizer``: the optimizer of ``args.optim`` (two weight-decay groups), or of a
@@ -45,6 +54,7 @@ class OptimizerSetup:
             # a DeepSpeed `optimizer` section, as DeepSpeed builds it; else the plan's rule (args.optim)
             section = ENGINE.section_optimizer(trainer_deepspeed_settings(t.args), target)
             t.optimizer = section or _optim.OptimizerFactory(t.args, t.optimizer_cls_and_kwargs)(target)
+            self.created_optimizer = True
         return t.optimizer
 
     def create_scheduler(
@@ -56,6 +66,10 @@ class OptimizerSetup:
         if t.lr_scheduler is None:
             optimizer = t.optimizer if optimizer is None else optimizer
             deepspeed = trainer_deepspeed_settings(t.args)
+            if deepspeed is not None and optimizer is not None:
+                # DeepSpeed drops empty groups (a LoRA model's empty no-decay group) when it wraps the
+                # optimizer; transformers builds the scheduler after that, on the groups that remain
+                optimizer.param_groups[:] = [g for g in optimizer.param_groups if len(g["params"]) != 0]
             section = ENGINE.section_scheduler(deepspeed, optimizer, num_training_steps, t.model)
             t.lr_scheduler = section or (
                 _optim.get_trainer_scheduler(  # a layer-wise optimizer: one group, as transformers

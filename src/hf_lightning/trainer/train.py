@@ -159,6 +159,7 @@ class TrainLauncher:
             max_steps, steps_per_epoch, epochs, resume_from_checkpoint, trial
         )
         t.optim.forget_created_scheduler()
+        t.optim.forget_created_optimizer()
         t.create_optimizer_and_scheduler(num_training_steps=max_steps)
         t._load_optimizer_and_scheduler(
             resume_from_checkpoint
