@@ -12,6 +12,8 @@ calls back on the Trainer are typed in ``protocols.py``.
 from __future__ import annotations
 
 import importlib
+import random
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -26,105 +28,108 @@ if TYPE_CHECKING:  # aliased: the members below carry the same names
 __all__ = ["Engine"]
 
 
+def _load(module: str) -> ModuleType:
+    """Import the engine module ``module`` (relative to this package) on first use.
+
+    The first one imports Lightning, whose import draws from Python's global ``random`` (rich's style
+    module, through Lightning's progress bars); that draw is undone, so a seed set before (the Trainer's
+    ``set_seed``) gives the data and the model transformers' ``random`` numbers.
+    """
+    name = f"{__package__}.{module}"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    state = random.getstate()
+    try:
+        return importlib.import_module(name)
+    finally:
+        random.setstate(state)
+
+
 class Engine:
     """The engine entry points the facade uses, grouped by the Trainer feature that needs them."""
 
     # --- construction: arguments, the accelerator, the report_to callbacks ---------------------------
     def check_supported(self, args: Any) -> None:
         """Refuse, naming the argument, what the engine cannot honour (``argument_table.py``)."""
-        from .argument_table import check_supported
-
+        check_supported = _load("argument_table").check_supported
         check_supported(args, by_trainer=True)
 
     def accelerator(self, settings: Any) -> _accelerator.LightningAccelerator:
         """``trainer.accelerator``: accelerate's API on Lightning's strategy (``accelerator.py``), from the
         plan's ``AcceleratorSettings`` (``hf_lightning.args.accelerator``)."""
-        from .accelerator import LightningAccelerator
-
+        LightningAccelerator = _load("accelerator").LightningAccelerator
         return LightningAccelerator(settings)
 
     def reporting_callbacks(self, args: Any) -> list[Any]:
         """The ``report_to`` callbacks (``callbacks/reporting.py``)."""
-        from .callbacks.reporting import reporting_callbacks
-
+        reporting_callbacks = _load("callbacks.reporting").reporting_callbacks
         return reporting_callbacks(args)
 
     @property
     def LightningLoggersCallback(self) -> type[_logging.LightningLoggersCallback]:  # noqa: N802 - a class
-        from .callbacks.logging import LightningLoggersCallback
-
+        LightningLoggersCallback = _load("callbacks.logging").LightningLoggersCallback
         return LightningLoggersCallback
 
     # --- training ------------------------------------------------------------------------------
     @property
     def TrainLoopDriver(self) -> type[_loop_driver.TrainLoopDriver]:  # noqa: N802 - a class
-        from .callbacks.loop_driver import TrainLoopDriver
-
+        TrainLoopDriver = _load("callbacks.loop_driver").TrainLoopDriver
         return TrainLoopDriver
 
     @property
     def FitRequest(self) -> type[_fit.FitRequest]:  # noqa: N802 - a class
-        from .fit import FitRequest
-
+        FitRequest = _load("fit").FitRequest
         return FitRequest
 
     def run_fit(self, request: _fit.FitRequest) -> Any:
         """One Lightning fit of the prepared run (``fit.py``)."""
-        from .fit import run_fit
-
+        run_fit = _load("fit").run_fit
         return run_fit(request)
 
     def section_optimizer(self, deepspeed: Any, model: Any) -> Any:
         """The optimizer of the DeepSpeed settings' ``optimizer`` section, or None (no section, no DeepSpeed)."""
-        from .deepspeed_sections import section_optimizer
-
+        section_optimizer = _load("deepspeed_sections").section_optimizer
         return section_optimizer(deepspeed, model)
 
     def section_scheduler(self, deepspeed: Any, optimizer: Any, num_training_steps: int, model: Any) -> Any:
         """The scheduler of the DeepSpeed settings' ``scheduler`` section, or None."""
-        from .deepspeed_sections import section_scheduler
-
+        section_scheduler = _load("deepspeed_sections").section_scheduler
         return section_scheduler(deepspeed, optimizer, num_training_steps, model)
 
     # --- data ------------------------------------------------------------------------------------
     def build_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
         """The training sampler of ``train_sampling_strategy`` (``samplers.py``)."""
-        from .samplers import build_train_sampler
-
+        build_train_sampler = _load("samplers").build_train_sampler
         return build_train_sampler(*args, **kwargs)
 
     @property
     def BatchRebalanceSampler(self) -> type[_samplers.BatchRebalanceSampler]:  # noqa: N802 - a class
-        from .samplers import BatchRebalanceSampler
-
+        BatchRebalanceSampler = _load("samplers").BatchRebalanceSampler
         return BatchRebalanceSampler
 
     @property
     def LengthGroupedSampler(self) -> type[_samplers.LengthGroupedSampler]:  # noqa: N802 - a class
-        from .samplers import LengthGroupedSampler
-
+        LengthGroupedSampler = _load("samplers").LengthGroupedSampler
         return LengthGroupedSampler
 
     # --- evaluation ------------------------------------------------------------------------------
     @property
     def EvalEngine(self) -> type[_evaluation.EvalEngine]:  # noqa: N802 - a class
-        from .evaluation import EvalEngine
-
+        EvalEngine = _load("evaluation").EvalEngine
         return EvalEngine
 
     @property
     def EvalShardSampler(self) -> type[_evaluation.EvalShardSampler]:  # noqa: N802 - a class
-        from .evaluation import EvalShardSampler
-
+        EvalShardSampler = _load("evaluation").EvalShardSampler
         return EvalShardSampler
 
     @property
     def EvalCollective(self) -> type[_evaluation.EvalCollective]:  # noqa: N802 - a class
-        from .evaluation import EvalCollective
-
+        EvalCollective = _load("evaluation").EvalCollective
         return EvalCollective
 
     # --- hyperparameter search -----------------------------------------------------------------
     def hpsearch_backend(self, name: str) -> ModuleType:
         """``hpsearch/optuna.py`` or ``hpsearch/ray.py`` (imported now: the backend's package with it)."""
-        return importlib.import_module(f"{__package__}.hpsearch.{name}")
+        return _load(f"hpsearch.{name}")

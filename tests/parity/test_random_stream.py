@@ -109,3 +109,54 @@ def test_logged_losses_after_a_resume_equal_transformers(libs, tmp_path):
         resumed[name] = _train(lib, tmp_path, f"{name}-resumed", resume=checkpoint)
     assert len(resumed["ours"]) == 2  # steps 3 and 4
     assert resumed["ours"] == pytest.approx(resumed["hf"], rel=1e-5)
+
+
+_PYTHON_RANDOM_RUN = """
+import random, sys
+import torch
+from {library} import Trainer, TrainingArguments
+from tests.tiny import RegressionModel
+
+seen = []
+
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        seen.append(random.random())  # an augmentation drawing from Python's global generator
+        return {{"input_x": torch.tensor(float(i)), "labels": torch.tensor(1.0)}}
+
+
+args = TrainingArguments(sys.argv[1], report_to="none", max_steps=2, seed=42, save_strategy="no",
+                         per_device_train_batch_size=2, use_cpu=True, disable_tqdm=True)
+Trainer(model=RegressionModel(), args=args, train_dataset=Data()).train()
+print(repr(seen))
+"""
+
+
+@pytest.mark.parametrize("library", ["transformers", "hf_lightning"])
+def test_python_random_draws_in_a_fresh_process_are_transformers(library, tmp_path):
+    """In a fresh process, where train() is the first to import Lightning (whose import draws from Python's
+    global ``random``), a dataset drawing from ``random`` sees the numbers that follow ``set_seed(42)``,
+    as under transformers."""
+    import ast
+    import random
+    import subprocess
+    import sys
+
+    from tests._venv import ROOT
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PYTHON_RANDOM_RUN.format(library=library), str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": ROOT},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    random.seed(42)
+    assert seen == [random.random() for _ in seen]
