@@ -30,6 +30,7 @@ from typing import Any
 
 from hf_lightning.args.trackers import tracker_settings
 from hf_lightning.callbacks import TrainerCallback
+from hf_lightning.plan.arguments import json_text_of
 
 from ..loggers import LoggerSpec, logger_specs, normalize_report_to
 from .logging import LightningLoggersCallback, prefixed_logs
@@ -74,7 +75,7 @@ class TensorBoardReporter(TrainerCallback):
             self.logging_dir = os.path.join(args.output_dir, default_run_dir(), state.trial_name)
         if self.logging_dir is None:
             self.logging_dir = os.path.join(args.output_dir, default_run_dir())
-        self.writer.add_text("args", args.to_json_string())
+        self.writer.add_text("args", json_text_of(args))
         config = getattr(model, "config", None)
         if config is not None and hasattr(config, "to_json_string"):
             self.writer.add_text("model_config", config.to_json_string())

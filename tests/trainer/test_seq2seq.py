@@ -162,6 +162,19 @@ def test_generation_config_is_loaded_from_a_folder(tmp_path):
     assert trainer.model.generation_config.max_length == 11
 
 
+def test_generation_config_as_a_path_trains_and_saves(tmp_path):
+    """``--generation_config DIR`` reaches the arguments as a ``pathlib.Path`` (HfArgumentParser): the folder's
+    config is loaded, and a checkpoint's training_args.json holds the path as text."""
+    import json
+
+    GenerationConfig(max_length=11, decoder_start_token_id=0).save_pretrained(tmp_path / "gen")
+    trainer = make_trainer(tmp_path, generation_config=tmp_path / "gen")
+    assert trainer.model.generation_config.max_length == 11
+    trainer.save_model(str(tmp_path / "saved"))
+    saved = json.loads((tmp_path / "saved" / "training_args.json").read_text())
+    assert saved["generation_config"] == str(tmp_path / "gen")
+
+
 def test_invalid_generation_config_names_the_argument(tmp_path):
     """An inconsistent GenerationConfig raises a ValueError naming generation_config."""
     config = GenerationConfig(num_beams=1, early_stopping=True)

@@ -120,8 +120,11 @@ class FrozenArgs:
 
     def __init__(self, args: Any) -> None:
         self._dict = copy.deepcopy(args.to_dict()) if callable(getattr(args, "to_dict", None)) else None
-        json_text = getattr(args, "to_json_string", None)
-        self._json = json_text() if callable(json_text) else None
+        self._json = None
+        if callable(getattr(args, "to_json_string", None)):
+            from hf_lightning.plan.arguments import json_text_of
+
+            self._json = json_text_of(args)
         self._args = args if self._dict is None else None
 
     def to_dict(self) -> dict[str, Any]:

@@ -290,7 +290,9 @@ def plain_args_dict(args: Any) -> dict[str, Any]:
 def args_json_text(args: Any) -> str:
     """The JSON text written to ``training_args.json`` (``args.to_json_string()`` when it exists)."""
     if callable(getattr(args, "to_json_string", None)):
-        return args.to_json_string()
+        from hf_lightning.plan.arguments import json_text_of
+
+        return json_text_of(args)
     return json.dumps(plain_args_dict(args), indent=2, sort_keys=True) + "\n"
 
 

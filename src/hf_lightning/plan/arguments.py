@@ -6,12 +6,22 @@ record (``ModuleSettings.saved_arguments``), so it never holds or reads the ``Tr
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["SavedArguments"]
+__all__ = ["SavedArguments", "json_text_of"]
+
+
+def json_text_of(args: Any) -> str:
+    """``args.to_json_string()``; where a value is not JSON (a ``pathlib.Path`` the argument parser made of
+    ``--generation_config DIR``), that value as text instead of transformers' ``TypeError``."""
+    try:
+        return str(args.to_json_string())
+    except TypeError:
+        return json.dumps(args.to_dict(), indent=2, default=str) + "\n"
 
 
 @dataclass(frozen=True)
@@ -23,7 +33,7 @@ class SavedArguments:
 
     @classmethod
     def of(cls, args: Any) -> SavedArguments:
-        return cls(MappingProxyType(dict(args.to_dict())), args.to_json_string())
+        return cls(MappingProxyType(dict(args.to_dict())), json_text_of(args))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.values)
