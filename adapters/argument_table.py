@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any, cast
 
 from hf_lightning.args.enums import SAMPLING_STRATEGIES, enum_value
+from hf_lightning.args.runtime import devices_unannounced
 
 __all__ = [
     "ARGUMENT_TABLE",
@@ -328,7 +329,7 @@ def _is_empty(value: Any) -> bool:
 def _normalized_defaults(cls: type) -> Mapping[str, Any]:
     """The field values of ``cls()``: defaults as ``__post_init__`` leaves them (empty if it needs arguments)."""
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), devices_unannounced():
             warnings.simplefilter("ignore")
             instance = cls()
     except (TypeError, ValueError):

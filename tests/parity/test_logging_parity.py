@@ -160,3 +160,47 @@ def test_warnings_use_transformers_words(tmp_path, caplog, both_verbose):
     theirs = _warning_templates(transformers, tmp_path, caplog, "hf")
     ours = _warning_templates(hf_lightning, tmp_path, caplog, "ours")
     assert (sorted(ours - theirs), sorted(theirs - ours)) == ([], [])
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("verbose_before", [True, False])
+def test_setting_up_devices_is_logged_when_the_arguments_are_built(tmp_path, verbose_before):
+    """transformers logs "PyTorch: setting up devices" once, in TrainingArguments' __post_init__: a script
+    that raises the verbosity only after parsing its arguments never sees it, one that raised it before sees
+    it once. Ours logs it at the same moment, never again (the Trainer, the device lookups). Counted by a
+    handler on transformers' training_args logger (where a script's handlers see ours too)."""
+    import transformers
+    from transformers.utils import logging as transformers_logging
+
+    import hf_lightning
+    from hf_lightning.utils import logging as hf_logging
+
+    before = transformers_logging.get_verbosity()
+    twin = logging.getLogger("transformers.training_args")
+    counts = {}
+    try:
+        for library in (transformers, hf_lightning):
+            lines = _Lines()
+            twin.addHandler(lines)
+            if verbose_before:
+                transformers_logging.set_verbosity_info()
+            else:
+                transformers_logging.set_verbosity_warning()
+            args = library.TrainingArguments(str(tmp_path / library.__name__), report_to="none", use_cpu=True)
+            transformers_logging.set_verbosity_info()
+            library.Trainer(model=tiny_gpt2(), args=args, train_dataset=causal_lm_data(n=2))
+            _ = (args.device, args.n_gpu)
+            twin.removeHandler(lines)
+            counts[library.__name__] = lines.messages.count("PyTorch: setting up devices")
+    finally:
+        transformers_logging.set_verbosity(before)
+        hf_logging.set_verbosity(logging.NOTSET)
+    assert counts["hf_lightning"] == counts["transformers"] == (1 if verbose_before else 0)

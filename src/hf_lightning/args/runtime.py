@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOG_LEVELS",
+    "announce_devices",
     "DeepSpeedPlugin",
     "DistributedState",
     "DistributedType",
@@ -41,6 +42,7 @@ __all__ = [
     "distributed_state",
     "distributed_type_enum",
     "device",
+    "devices_unannounced",
     "eval_batch_size",
     "get_process_log_level",
     "get_warmup_steps",
@@ -145,11 +147,32 @@ def n_gpu(args: TrainingArguments) -> int:
     return 1 if args.world_size > 1 else _torch().cuda.device_count()
 
 
+class _Quiet:
+    depth = 0
+
+
+@contextlib.contextmanager
+def devices_unannounced() -> Iterator[None]:
+    """Build ``TrainingArguments`` for the library's own use (the defaults it compares against) without
+    transformers' "PyTorch: setting up devices" line."""
+    _Quiet.depth += 1
+    try:
+        yield
+    finally:
+        _Quiet.depth -= 1
+
+
+def announce_devices(args: TrainingArguments) -> None:
+    """transformers' INFO line of ``__post_init__`` (its ``_setup_devices``), once per instance; the devices
+    themselves are looked up when first asked for."""
+    if _Quiet.depth or args.__dict__.get("_devices_announced"):
+        return
+    args.__dict__["_devices_announced"] = True
+    logger.info("PyTorch: setting up devices")
+
+
 def device(args: TrainingArguments) -> torch.device:
     """``cpu`` with use_cpu or without CUDA, else ``cuda:<local rank>``."""
-    if not args.__dict__.get("_devices_announced"):  # transformers logs its device setup once
-        args.__dict__["_devices_announced"] = True
-        logger.info("PyTorch: setting up devices")
     torch = _torch()
     if args.use_cpu or not torch.cuda.is_available():
         return torch.device("cpu")
