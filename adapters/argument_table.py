@@ -7,9 +7,8 @@ or facade component that honours the field; ``status`` is one of:
 - ``"not yet"``: nobody carries it yet; :func:`check_supported` refuses a non-default value;
 - ``"not applicable"``: transformers itself does not act on it (script flags, launcher values).
 
-``docs/arguments.md`` is rendered from this table by ``tools/gen_arguments_doc.py``; a test keeps
-the two in step and checks that the table and the dataclass name the same fields.
-"""
+``docs/arguments.md`` is rendered from this table by ``tools/gen_arguments_doc.py``; a test keeps the two in
+step and checks that the table and the dataclass name the same fields."""
 
 from __future__ import annotations
 

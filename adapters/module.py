@@ -48,6 +48,7 @@ from .module_checks import (
     refuse_lightning_accumulation,
 )
 from .protocols import LoopDriver
+from .skipped_steps import step_reporting_skip, unscale_for_clipping
 from .standalone_driver import StandaloneDriver
 from .windows import Window
 
@@ -101,6 +102,8 @@ class HFModule(L.LightningModule):
         self.window_size = 1
         self.window_items: Any = None  # the current window's item count (num_items_in_batch)
         self.last_grad_norm: float | None = None
+        self.step_skipped = False
+        """Whether the last update was skipped by the fp16 gradient scaler (inf/NaN gradients)."""
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
@@ -234,7 +237,7 @@ class HFModule(L.LightningModule):
             self.driver.on_micro_batch_end(inputs, loss)
             if index < len(window) - 1:
                 self.driver.on_substep_end()
-        optimizer.step()  # clipping runs in on_before_optimizer_step, after unscaling
+        self.step_skipped = self._optimizer_step(optimizer)  # clipping: on_before_optimizer_step
         self.after_optimizer_step()
         self.driver.on_optimizer_step()
         learning_rate = self.step_scheduler()
@@ -318,15 +321,24 @@ class HFModule(L.LightningModule):
         """Called right after each optimizer step (an engine that clips inside its step reads the norm here)."""
 
     def step_scheduler(self) -> float:
-        """Step the scheduler once per update; return the learning rate to log (the one the update used)."""
+        """Step the scheduler once per update; return the learning rate to log (the one the update used).
+
+        An update the mixed-precision scaler skipped (inf/NaN gradients) does not step it, as transformers.
+        """
         learning_rate = self.current_learning_rate()
-        if steps_per_update(self.hf_lr_scheduler):
+        if steps_per_update(self.hf_lr_scheduler) and not self.step_skipped:
             self.hf_lr_scheduler.step()
         return learning_rate
+
+    def _optimizer_step(self, optimizer: Any) -> bool:
+        """``optimizer.step()``; True when the fp16 gradient scaler skipped the update (``skipped_steps.py``)."""
+        return step_reporting_skip(self._trainer, optimizer)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         max_norm = self.settings.max_grad_norm
         limit = max_norm if max_norm is not None and max_norm > 0 else math.inf
+        if limit < math.inf:  # clip the true gradients (Lightning leaves a fused optimizer's scaled)
+            unscale_for_clipping(self._trainer, optimizer)
         ordered = self._clip_order.parameters(self.model, self._optimized_parameters())
         params = [p for p in ordered if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(params, limit) if params else torch.tensor(0.0)
