@@ -187,3 +187,19 @@ def test_card_of_an_untrained_model_on_a_datasets_dataset_matches(tmp_path):
     assert _bullets(cards["ours"], "Training hyperparameters") == _bullets(
         cards["hf"], "Training hyperparameters"
     )
+
+
+def _header(trainer: Any, **kwargs: Any) -> str:
+    """The card's YAML header as written (between the first two ``---`` lines)."""
+    trainer.create_model_card(**kwargs)
+    text = open(f"{trainer.args.output_dir}/README.md", encoding="utf-8").read()
+    assert text.startswith("---\n")
+    return text[4 : text.index("\n---\n", 4) + 1]
+
+
+@pytest.mark.parametrize("with_card_args", [True, False])
+def test_the_yaml_header_is_transformers_text(trained, with_card_args):
+    """The metadata block is transformers' text byte for byte: its keys in its order (library_name, language,
+    license, base_model, tags, datasets, metrics, model-index), the model-index laid out as its own."""
+    kwargs = CARD_ARGS if with_card_args else {}
+    assert _header(trained["ours"], **kwargs) == _header(trained["hf"], **kwargs)

@@ -1,7 +1,7 @@
 """``Trainer.create_model_card``: the draft ``README.md`` transformers writes in ``output_dir``.
 
-The card is built with huggingface_hub's ``ModelCard`` and ``ModelCardData``: the metadata names
-the library, tags (always ``generated_from_trainer``), datasets, metrics and a ``model-index``
+The YAML header is transformers' own text (its keys in its order, ``yaml.dump`` unsorted): the library,
+tags (always ``generated_from_trainer``), datasets, metrics and a ``model-index``
 holding the last evaluation's metrics per task and dataset; the text lists the last evaluation,
 the training hyperparameters, a table of every evaluation of the run (from ``state.log_history``)
 and the framework versions. It runs on the main process only, as in transformers. The values
@@ -14,6 +14,8 @@ import os
 from importlib import metadata
 from typing import Any
 
+import yaml
+
 from hf_lightning.args.hyperparameters import hyperparameters_of
 from hf_lightning.trainer.model_card_summary import (
     TASK_NAMES,
@@ -22,6 +24,9 @@ from hf_lightning.trainer.model_card_summary import (
     rounded,
     run_summary,
 )
+from hf_lightning.utils.logging import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = ["create_model_card"]
 
@@ -42,31 +47,36 @@ _METRIC_TAGS = (
 
 
 # --- the card -----------------------------------------------------------------------------------
-def _eval_results(summary: dict[str, Any], metrics: dict[str, str]) -> list[Any]:
-    """One ``EvalResult`` per task, dataset and metric; pairs missing any of the three are left out."""
-    from huggingface_hub import EvalResult
-
-    names = dict(zip(summary["dataset_tags"], summary["dataset"]))
-    args = dict(zip(summary["dataset_tags"], summary["dataset_args"] + [None] * len(summary["dataset_tags"])))
-    meta = dict(zip(summary["dataset_tags"], summary["dataset_metadata"]))
-    tasks = [task for task in summary["tasks"] if task in TASK_NAMES]
+def _results(summary: dict[str, Any], metrics: dict[str, str]) -> list[dict[str, Any]]:
+    """The model-index results: one per task and dataset, each with every metric; an entry missing the task,
+    the dataset or the metrics is left out (logged), as transformers leaves it out."""
+    tags = summary["dataset_tags"]
+    names = dict(zip(tags, summary["dataset"]))
+    args = dict(zip(tags, summary["dataset_args"] + [None] * len(tags)))
+    meta = dict(zip(tags, summary["dataset_metadata"]))
+    tasks: dict[Any, Any] = {task: TASK_NAMES[task] for task in summary["tasks"] if task in TASK_NAMES}
+    if not tasks and not names:
+        return []
     results = []
-    for task in tasks:
-        for tag in (tag for tag in names if tag is not None):  # a result needs a dataset
-            for metric_tag, label in metrics.items():
-                results.append(
-                    EvalResult(
-                        task_type=task,
-                        task_name=TASK_NAMES[task],
-                        dataset_type=tag,
-                        dataset_name=names[tag],
-                        dataset_config=meta.get(tag, {}).get("config"),
-                        dataset_split=meta.get(tag, {}).get("split"),
-                        dataset_args=args[tag],
-                        metric_type=metric_tag,
-                        metric_name=label,
-                        metric_value=summary["eval_results"][label],
-                    )
+    for task in tasks or {None: None}:
+        for tag in names or {None: None}:
+            result: dict[str, Any] = {}
+            if task is not None:
+                result["task"] = {"name": tasks[task], "type": task}
+            if tag is not None:
+                result["dataset"] = {"name": names[tag], "type": tag, **meta.get(tag, {})}
+                if args[tag] is not None:
+                    result["dataset"]["args"] = args[tag]
+            if metrics:
+                result["metrics"] = [
+                    {"name": label, "type": key, "value": summary["eval_results"][label]}
+                    for key, label in metrics.items()
+                ]
+            if {"task", "dataset", "metrics"} <= result.keys():
+                results.append(result)
+            else:
+                logger.info(
+                    f"Dropping the following result as it does not have all the necessary fields:\n{result}"
                 )
     return results
 
@@ -82,22 +92,27 @@ def _metric_tags(eval_results: dict[str, Any] | None) -> dict[str, str]:
     return tags
 
 
-def _card_data(summary: dict[str, Any]) -> Any:
-    from huggingface_hub import ModelCardData
-
+def _metadata(summary: dict[str, Any]) -> dict[str, Any]:
+    """The card's YAML header: transformers' keys in transformers' order, absent ones left out."""
     metrics = _metric_tags(summary["eval_results"])
     base_model = summary["finetuned_from"]
-    return ModelCardData(
-        library_name="transformers",
-        language=as_list(summary["language"]) or None,
-        license=summary["license"],
-        base_model=base_model if isinstance(base_model, str) and base_model else None,
-        tags=[tag for tag in as_list(summary["tags"]) if tag is not None] or None,
-        datasets=[tag for tag in summary["dataset_tags"] if tag is not None] or None,
-        metrics=list(metrics) or None,
-        model_name=summary["model_name"],
-        eval_results=_eval_results(summary, metrics),
-    )
+    metadata: dict[str, Any] = {"library_name": "transformers"}
+    _put_list(metadata, "language", summary["language"])
+    if summary["license"] is not None:
+        metadata["license"] = summary["license"]
+    if isinstance(base_model, str) and base_model:
+        metadata["base_model"] = base_model
+    _put_list(metadata, "tags", summary["tags"])
+    _put_list(metadata, "datasets", summary["dataset_tags"])
+    _put_list(metadata, "metrics", list(metrics))
+    metadata["model-index"] = [{"name": summary["model_name"], "results": _results(summary, metrics)}]
+    return metadata
+
+
+def _put_list(metadata: dict[str, Any], key: str, values: Any) -> None:
+    listed = [value for value in as_list(values) if value is not None]
+    if listed:
+        metadata[key] = listed
 
 
 def _body(summary: dict[str, Any], hyperparameters: dict[str, Any], rows: list[dict] | None) -> str:
@@ -216,9 +231,9 @@ def create_model_card(
         dataset_args=dataset_args,
     )
     rows, summary["eval_results"] = results_of(trainer.state.log_history)
-    data = _card_data(summary)
-    card = ModelCard(f"---\n{data.to_yaml()}\n---\n{_body(summary, hyperparameters_of(trainer.args), rows)}")
+    header = yaml.dump(_metadata(summary), sort_keys=False)
     os.makedirs(output_dir, exist_ok=True)
-    card.save(path)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(f"---\n{header}---\n{_body(summary, hyperparameters_of(trainer.args), rows)}")
     if from_peft:
         trainer.accelerator.unwrap_model(trainer.model).create_or_update_model_card(output_dir)
