@@ -137,10 +137,12 @@ def test_accelerator_config_default(tmp_path):
 def test_command_line_errors_match(tmp_path, line, error):
     """A command line that transformers rejects is rejected by ours the same way."""
     words = _words(tmp_path, line)
-    with pytest.raises(error):
+    with pytest.raises(error) as theirs:
         _parse_theirs(words)
-    with pytest.raises(error):
+    with pytest.raises(error) as ours:
         _parse_ours(words)
+    if error is ValueError:  # the message too (SystemExit's is argparse's usage line on stderr)
+        assert str(ours.value) == str(theirs.value)
 
 
 def _type_probe(action) -> object:

@@ -308,10 +308,7 @@ class HfArgumentParser(ArgumentParser):
         if return_remaining_strings:
             return (*outputs, remaining)
         if remaining:
-            raise ValueError(
-                f"Some specified arguments are not used by the HfArgumentParser: {remaining}. "
-                "Pass return_remaining_strings=True to receive them instead."
-            )
+            raise ValueError(f"Some specified arguments are not used by the HfArgumentParser: {remaining}")
         return tuple(outputs)
 
     def parse_dict(self, args: dict[str, Any], allow_extra_keys: bool = False) -> tuple[Any, ...]:
