@@ -114,6 +114,9 @@ class TrainerFacade(Protocol):
     checkpoints: CheckpointPart
     search: SearchPart
 
+    def _get_learning_rate(self) -> float:
+        """The learning rate to log for the update just made (overridable, as in transformers)."""
+
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Any = None
     ) -> torch.Tensor:

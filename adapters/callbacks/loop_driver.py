@@ -79,6 +79,10 @@ class TrainLoopDriver:
         self.micro_batch = 0
         """The index of the running micro-batch in its accumulation window."""
         self.training_step = trainer.run.train_micro_batch
+        self.own_learning_rate = _overrides_get_learning_rate(trainer)
+        """Whether a subclass (or the instance) replaced ``Trainer._get_learning_rate``: then it gives the rate
+        logged at each step, as in transformers."""
+        self.asked_learning_rate: float | None = None
         """One micro-batch, called by ``HFModule.training_step``: straight into the run object (the overridable
         ``Trainer.training_step``, then the loss, FLOPs and tokens added), the engine's one call into the facade."""
 
@@ -161,9 +165,13 @@ class TrainLoopDriver:
 
     def on_optimizer_step(self) -> None:
         self._event("on_optimizer_step")
+        if self.own_learning_rate:  # transformers asks it between the update and the scheduler's step
+            self.asked_learning_rate = self.trainer._get_learning_rate()
 
     def on_step_end(self, grad_norm: float | None, learning_rate: float) -> None:
         t = self.trainer
+        if self.own_learning_rate and self.asked_learning_rate is not None:
+            learning_rate = self.asked_learning_rate
         self.run.state.global_step += 1
         self.run.state.epoch = self.epoch + (self.step + 1) / self.steps_in_epoch
         self.grad_norm, self.learning_rate = grad_norm, learning_rate
@@ -185,3 +193,11 @@ class TrainLoopDriver:
 
     def on_train_end(self) -> None:
         """Nothing here: transformers fires ``on_train_end`` after the final metrics are logged."""
+
+
+def _overrides_get_learning_rate(trainer: Any) -> bool:
+    """Whether ``trainer._get_learning_rate`` is not hf_lightning's own (a subclass's or a patched one)."""
+    if "_get_learning_rate" in vars(trainer):
+        return True
+    owner = next(klass for klass in type(trainer).__mro__ if "_get_learning_rate" in vars(klass))
+    return not owner.__module__.startswith("hf_lightning.")
