@@ -242,6 +242,7 @@ def rotate_checkpoints(
         return _final_prune(checkpoints, best_model_checkpoint)
     if len(checkpoints) <= save_total_limit:
         return []
+    checkpoints = _write_order(checkpoints)
     protected = [checkpoints[-1]]
     if best_model_checkpoint is not None and not _same_path(best_model_checkpoint, checkpoints[-1]):
         protected.append(best_model_checkpoint)
@@ -256,6 +257,25 @@ def rotate_checkpoints(
                 remove_folder(path)
             deleted.append(path)
     return deleted
+
+
+_MTIME_WARNED: list[bool] = []
+
+
+def _write_order(checkpoints: list[str]) -> list[str]:
+    """The order rotation deletes in, transformers' (``use_mtime=True``): oldest written first, unless the
+    folders' modification times span under a second (a filesystem whose times are not reliable, or saves
+    that fast); then by step, with transformers' warning, once per process."""
+    try:
+        timed = sorted((os.path.getmtime(path), path) for path in checkpoints)
+    except OSError:  # a folder gone meanwhile: the step order
+        return checkpoints
+    if timed[-1][0] - timed[0][0] < 1.0:
+        if not _MTIME_WARNED:
+            _MTIME_WARNED.append(True)
+            logger.warning("mtime may not be reliable on this filesystem, falling back to numerical ordering")
+        return checkpoints
+    return [path for _, path in timed]
 
 
 def _rotated_checkpoints(output_dir: str) -> list[tuple[int, str]]:
