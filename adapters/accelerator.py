@@ -30,11 +30,7 @@ from torch import nn
 from hf_lightning.args.accelerate_state import complete_accelerator_state
 
 from . import accelerator_ops as ops
-from .accelerator_data import (
-    DataLoaderConfiguration,
-    GradientStateView,
-    prepare_data_loader,
-)
+from .accelerator_data import DataLoaderConfiguration, GradientStateView, prepare_data_loader
 from .accelerator_state import (
     AcceleratorSettings,
     AcceleratorStateView,
@@ -61,11 +57,9 @@ def _do_nothing(*args: Any, **kwargs: Any) -> None:
 
 
 class LightningAccelerator:
-    """The accelerate ``Accelerator`` surface of ``hf_lightning.Trainer``, backed by Lightning.
-
-    ``settings`` describe the launch before a fit (one CPU process when omitted); ``bind(module)``
-    attaches the ``HFModule`` being fitted (or an evaluation's device target), ``bind(None)`` detaches.
-    """
+    """The accelerate ``Accelerator`` surface of ``hf_lightning.Trainer``, backed by Lightning. ``settings``
+    describe the launch before a fit (one CPU process when omitted); ``bind(module)`` attaches the
+    ``HFModule`` being fitted (or an evaluation's device target), ``bind(None)`` detaches."""
 
     def __init__(self, settings: AcceleratorSettings | None = None) -> None:
         self.settings = settings if settings is not None else _single_process_settings()
@@ -157,6 +151,13 @@ class LightningAccelerator:
     def scaler(self) -> Any:
         """The mixed-precision gradient scaler of the running fit, if any (accelerate's ``scaler``)."""
         return getattr(getattr(self._trainer, "precision_plugin", None), "scaler", None)
+
+    @scaler.setter
+    def scaler(self, value: Any) -> None:
+        msg = (
+            "trainer.accelerator.scaler can't be replaced: Lightning's precision plugin builds it (fp16=True)"
+        )
+        raise AttributeError(msg)
 
     grad_scaler = scaler
 

@@ -348,3 +348,12 @@ def test_training_arguments_distributed_state_and_deepspeed_plugin(tmp_path):
         str(tmp_path), use_cpu=True, report_to="none", deepspeed=config
     ).deepspeed_plugin
     assert (plugin.zero_stage, plugin.deepspeed_config) == (2, config)
+
+
+def test_replacing_the_scaler_raises_naming_it():
+    """``trainer.accelerator.scaler = GradScaler(...)`` (accelerate lets a test swap it) raises AttributeError
+    naming ``scaler``: the scaler is the fit's precision plugin's."""
+    accelerator = LightningAccelerator()
+    with pytest.raises(AttributeError, match=r"trainer\.accelerator\.scaler can't be replaced"):
+        accelerator.scaler = torch.amp.GradScaler("cpu")
+    assert accelerator.scaler is None and accelerator.grad_scaler is None
