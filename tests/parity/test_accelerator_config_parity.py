@@ -106,3 +106,20 @@ def test_batch_keys_on_several_processes_are_refused_by_name(tmp_path):
     carried = hf_lightning.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none",
                                              accelerator_config={"split_batches": True})  # fmt: skip
     assert accelerator_settings(carried, env).dataloader["split_batches"] is True
+
+
+def test_dispatch_batches_false_on_several_processes_is_carried(tmp_path):
+    """dispatch_batches=False (each process reads its own share) gives the batches the default gives, so it
+    is accepted on several processes; set as an attribute (transformers' dispatch_batches.py script does
+    ``args.accelerator_config.dispatch_batches = False``) it reaches the settings too."""
+    env = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    args = hf_lightning.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    args.accelerator_config.dispatch_batches = False
+    assert args.accelerator_config["dispatch_batches"] is False
+    assert accelerator_settings(args, env).dataloader["dispatch_batches"] is False
+    theirs = transformers.TrainingArguments(str(tmp_path), use_cpu=True, report_to="none")
+    theirs.accelerator_config.dispatch_batches = False
+    assert (
+        theirs.accelerator_config.to_dict()["dispatch_batches"]
+        == args.accelerator_config.to_dict()["dispatch_batches"]
+    )

@@ -44,3 +44,35 @@ def test_save_and_column_lines_are_transformers(tmp_path, caplog):
 
     assert "Model weights saved in OUT/checkpoint-2/model.safetensors" in picked(ours)
     assert picked(ours) == picked(theirs)
+
+
+def _collator_tokenizer_lines(mod, out, caplog) -> tuple[list[str], list[str]]:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import DataCollatorWithPadding, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(8)}}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")),
+                                        pad_token="[PAD]", unk_token="[UNK]")  # fmt: skip
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32))
+    args = mod.TrainingArguments(str(out), report_to="none", use_cpu=True, disable_tqdm=True)
+    trainer = mod.Trainer(model=model, args=args, data_collator=DataCollatorWithPadding(tokenizer))
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        trainer.save_model()
+    return [r.getMessage() for r in caplog.records if "data_collator.tokenizer" in r.getMessage()], sorted(
+        name for name in __import__("os").listdir(out) if "token" in name
+    )
+
+
+def test_saving_the_collators_tokenizer_is_announced_as_transformers(tmp_path, caplog):
+    """No processing_class: the data collator's tokenizer is saved, with transformers' INFO line."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_info()
+    try:
+        theirs = _collator_tokenizer_lines(transformers, tmp_path / "hf", caplog)
+        ours = _collator_tokenizer_lines(hf_lightning, tmp_path / "hl", caplog)
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    assert len(theirs[0]) == 1 and theirs[1]
+    assert ours == theirs

@@ -85,7 +85,11 @@ def _read_accelerator_config(args: Any, world_size: int) -> tuple[dict[str, Any]
         args.gradient_accumulation_steps = int(accumulation["num_steps"])
     accumulation["num_steps"] = 1  # the Trainer accumulates itself, as transformers tells accelerate
     changed = sorted(
-        k for k, v in _SHARDING_DEFAULTS.items() if config.get(k, v) != v and k not in _CARRIED_ON_SEVERAL
+        k
+        for k, v in _SHARDING_DEFAULTS.items()
+        if config.get(k, v) != v and k not in _CARRIED_ON_SEVERAL
+        # dispatch_batches=False: each process reads its own share, the same batches rank 0 would deal out
+        and not (k == "dispatch_batches" and config[k] is False)
     )
     if world_size > 1 and changed:
         raise NotImplementedError(

@@ -65,6 +65,10 @@ class AcceleratorConfig(dict):
         except KeyError:
             raise AttributeError(f"accelerator_config has no key {name!r}") from None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """``args.accelerator_config.dispatch_batches = False`` sets the key, as on transformers' dataclass."""
+        self[name] = value
+
     def to_dict(self) -> dict[str, Any]:
         return copy.deepcopy(dict(self))
 

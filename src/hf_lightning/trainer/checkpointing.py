@@ -14,9 +14,8 @@ best → save → rotate order in :mod:`hf_lightning.checkpoint.rotation`; this 
     end of train: _after_training_checkpoints -> load the best model, save_total_limit=1 pruning
 
 Two documented divergences from transformers (docs/divergences.md): resuming a ``save_only_model`` checkpoint keeps
-the fresh optimizer but continues the learning-rate schedule from the restored step (6), and a JIT
-checkpoint holds exactly the state after the last completed optimizer step (7, see
-:meth:`CheckpointPolicy.save_jit_checkpoint`).
+the fresh optimizer but continues the learning-rate schedule from the restored step (6), and a JIT checkpoint holds
+exactly the state after the last completed optimizer step (7, see :meth:`CheckpointPolicy.save_jit_checkpoint`).
 """
 
 from __future__ import annotations
@@ -66,6 +65,9 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointPolicy"]
 
 logger = get_logger(__name__)
+_COLLATOR_TOKENIZER = (
+    "Saving Trainer.data_collator.tokenizer by default as Trainer.processing_class is `None`"
+)
 
 
 class CheckpointPolicy:
@@ -77,11 +79,9 @@ class CheckpointPolicy:
         """The folder being resumed from, until the end of that ``train()``."""
         self.rng_pending: str | None = None
         """"epoch" or "step": where the checkpoint's RNG state is still to be restored."""
-        self.resume_for_run: int | None = None
-        """The number (``trainer.run.number``) of the run that resumes; a later ``train()`` has another."""
+        self.resume_for_run: int | None = None  # the run (``trainer.run.number``) that resumes
         self.pending_scaler_state: dict[str, Any] | None = None
-        self.last_checkpoint: tuple[int, int] | None = None
-        """(run number, step) of the last checkpoint written."""
+        self.last_checkpoint: tuple[int, int] | None = None  # (run number, step) of the last one written
         self.last_save_seconds: float | None = None
         self.content_checked: str | None = None
         """The folder ``resume_from_checkpoint=True`` just found intact, its files hashed once."""
@@ -107,9 +107,7 @@ class CheckpointPolicy:
             return
         logger.info("Saving model checkpoint to %s", output_dir)
         warn_nonfinite_save(t.model, output_dir, full)  # written as asked, not silently (nonfinite.py)
-        t._save(
-            output_dir, state_dict=full
-        )  # overridable, as in transformers (sentence-transformers overrides it)
+        t._save(output_dir, state_dict=full)  # overridable, as in transformers (sentence-transformers does)
         if t.plan.hub.push_to_hub and not _internal_call:  # transformers pushes when the user saves the model
             t.push_to_hub(commit_message="Model save", revision=t.plan.hub.hub_revision)
 
@@ -124,10 +122,11 @@ class CheckpointPolicy:
 
     def processing_to_save(self) -> Any:
         """The processing class, else the data collator's tokenizer (transformers saves that one instead)."""
-        t = self.trainer
-        if t.processing_class is not None:
+        if (t := self.trainer).processing_class is not None:
             return t.processing_class
-        return getattr(t.data_collator, "tokenizer", None)
+        if (tokenizer := getattr(t.data_collator, "tokenizer", None)) is not None:
+            logger.info(_COLLATOR_TOKENIZER)
+        return tokenizer
 
     def save(self, model: Any, trial: Any) -> None:
         """``Trainer._save_checkpoint``: ``checkpoint-{global_step}`` (crash-safe), best tracking, rotation."""
