@@ -5,6 +5,7 @@ dropped-columns line is transformers' too."""
 from __future__ import annotations
 
 import logging
+import os
 
 import torch
 import transformers
@@ -28,14 +29,18 @@ def _lines(mod, out, caplog) -> list[str]:
     return [r.getMessage().replace(str(out), "OUT") for r in caplog.records]
 
 
-def test_save_and_column_lines_are_transformers(tmp_path, caplog):
+def _both_at_info(run, tmp_path, caplog) -> tuple:
+    """``run(library, out, caplog)`` for transformers then hf_lightning, transformers' verbosity at INFO."""
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_info()
     try:
-        theirs = _lines(transformers, tmp_path / "hf", caplog)
-        ours = _lines(hf_lightning, tmp_path / "hl", caplog)
+        return run(transformers, tmp_path / "hf", caplog), run(hf_lightning, tmp_path / "hl", caplog)
     finally:
         transformers.logging.set_verbosity(verbosity)
+
+
+def test_save_and_column_lines_are_transformers(tmp_path, caplog):
+    theirs, ours = _both_at_info(_lines, tmp_path, caplog)
     assert not [line for line in ours if ".tmp-checkpoint" in line]
 
     def picked(lines: list[str]) -> list[str]:
@@ -61,18 +66,12 @@ def _collator_tokenizer_lines(mod, out, caplog) -> tuple[list[str], list[str]]:
     with caplog.at_level(logging.INFO):
         trainer.save_model()
     return [r.getMessage() for r in caplog.records if "data_collator.tokenizer" in r.getMessage()], sorted(
-        name for name in __import__("os").listdir(out) if "token" in name
+        name for name in os.listdir(out) if "token" in name
     )
 
 
 def test_saving_the_collators_tokenizer_is_announced_as_transformers(tmp_path, caplog):
     """No processing_class: the data collator's tokenizer is saved, with transformers' INFO line."""
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_info()
-    try:
-        theirs = _collator_tokenizer_lines(transformers, tmp_path / "hf", caplog)
-        ours = _collator_tokenizer_lines(hf_lightning, tmp_path / "hl", caplog)
-    finally:
-        transformers.logging.set_verbosity(verbosity)
+    theirs, ours = _both_at_info(_collator_tokenizer_lines, tmp_path, caplog)
     assert len(theirs[0]) == 1 and theirs[1]
     assert ours == theirs
