@@ -4,6 +4,7 @@ weights of an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -22,10 +23,22 @@ from hf_lightning.adapters.callbacks.jit_checkpoint import JITCheckpoint
 from hf_lightning.callbacks import TrainerCallback
 from hf_lightning.checkpoint import is_checkpoint_complete, load_model_weights
 from hf_lightning.checkpoint.jit import JITTimings, SigtermWatch, should_stop
+from hf_lightning.utils import logging as hf_logging
 from tests.tiny import RegressionModel, regression_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_STEPS = 12
+
+
+@contextlib.contextmanager
+def _info_lines(caplog):
+    """hf_lightning's INFO lines on, captured; its verbosity given back to transformers' after."""
+    hf_logging.set_verbosity_info()
+    try:
+        with caplog.at_level("INFO"):
+            yield
+    finally:
+        hf_logging.set_verbosity(hf_logging.NOTSET)
 
 
 def make_trainer(output_dir: str, callbacks=None, **kwargs) -> hf_lightning.Trainer:
@@ -126,7 +139,7 @@ def test_previous_sigterm_handler_is_restored_after_train(tmp_path):
 def test_step_already_saved_by_the_schedule_is_not_written_twice(tmp_path, caplog):
     """A SIGTERM during a step the save schedule saves stops there without a second save."""
     trainer = make_trainer(str(tmp_path), callbacks=[SigtermAt(4)], save_strategy="steps", save_steps=2)
-    with caplog.at_level("INFO"):
+    with _info_lines(caplog):
         trainer.train()
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4"]
     assert "just written by the save schedule" in caplog.text
@@ -148,13 +161,13 @@ def test_step_saved_by_an_earlier_train_is_written_again(tmp_path, caplog):
     earlier one saved writes its JIT checkpoint."""
     save = SaveAt(4)
     trainer = make_trainer(str(tmp_path), callbacks=[save, SigtermAt(4)])
-    with caplog.at_level("INFO"):
+    with _info_lines(caplog):
         trainer.train()
     assert os.listdir(tmp_path) == ["checkpoint-4"] and "just written by the save schedule" in caplog.text
     shutil.rmtree(tmp_path / "checkpoint-4")
     save.active = False
     caplog.clear()
-    with caplog.at_level("INFO"):
+    with _info_lines(caplog):
         trainer.train()  # from step 0 again: SIGTERM during step 4, no scheduled save there
     assert trainer.state.global_step == 4 and os.listdir(tmp_path) == ["checkpoint-4"]
     assert is_checkpoint_complete(tmp_path / "checkpoint-4") and "just written" not in caplog.text

@@ -90,7 +90,9 @@ def _run(library: str, optim: str, tmp_path, monkeypatch) -> dict:
         "updates": max(int(s["step"]) for s in optimizer.state.values()),
         "scheduler_steps": trainer.lr_scheduler.last_epoch,
         "weight": trainer.model.linear.weight.item(),
-        "logs": [v for e in trainer.state.log_history if "loss" in e for v in (e["loss"], e["learning_rate"])],
+        "logs": [
+            v for e in trainer.state.log_history if "loss" in e for v in (e["loss"], e["learning_rate"])
+        ],
     }
 
 

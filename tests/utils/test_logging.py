@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import logging
+import re
 
 import pytest
 import torch
@@ -13,7 +14,12 @@ import torch
 from hf_lightning import Trainer, TrainingArguments
 from hf_lightning.utils import logging as hf_logging
 from hf_lightning.utils.trainer_logs import configure_trainer_logging
-from hf_lightning.utils.transformers_bridge import install_library_root, install_twin_filters, twin_of
+from hf_lightning.utils.transformers_bridge import (
+    install_library_root,
+    install_twin_filters,
+    set_own_level,
+    twin_of,
+)
 from tests.tiny import RegressionModel, regression_data
 
 ROOT = "hf_lightning"
@@ -23,12 +29,16 @@ ROOT = "hf_lightning"
 def _restore_logging():
     """Each test starts from the library defaults and leaves them so."""
     root = hf_logging.get_logger()
-    saved = (root.__dict__.get("_own_level", logging.NOTSET), root.propagate, list(root.handlers))
+    saved = (
+        root.__dict__.get("_own_level", logging.NOTSET),
+        root.__dict__.get("_own_propagate"),
+        list(root.handlers),
+    )
     twin = logging.getLogger("transformers.trainer")
     twin_saved = (twin.level, list(twin.filters), list(twin.handlers), twin.disabled)
-    root.setLevel(logging.NOTSET)
+    set_own_level(root, logging.NOTSET)
     yield
-    root.setLevel(saved[0])
+    set_own_level(root, saved[0])
     root.propagate, root.handlers[:] = saved[1], saved[2]
     twin.setLevel(twin_saved[0])
     twin.filters[:], twin.handlers[:], twin.disabled = twin_saved[1], twin_saved[2], twin_saved[3]
@@ -109,9 +119,33 @@ def test_log_level_info_prints_the_training_header(tmp_path, caplog):
     assert "  Total optimization steps = 2" in messages
 
 
-def test_default_handler_prints_when_the_application_has_no_handler(monkeypatch):
-    """Without handlers of the application, a record is printed on stderr as '[hf_lightning] message'."""
+@pytest.fixture
+def transformers_stderr():
+    """transformers' stderr handler writing to a buffer (its logging set up, as importing it does)."""
+    from transformers.utils import logging as tf_logging
+
+    tf_logging.get_logger()
     stream = io.StringIO()
+    previous = tf_logging._default_handler.setStream(stream)
+    yield stream
+    tf_logging._default_handler.setStream(previous)
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_without_transformers_logging_the_default_handler_prints_when_the_application_has_none(monkeypatch):
+    """transformers' logging not set up, no handler of the application: stderr gets '[hf_lightning] message'."""
+    from transformers.utils import logging as tf_logging
+
+    stream = io.StringIO()
+    monkeypatch.setattr(tf_logging, "_default_handler", None)
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
     monkeypatch.setattr("sys.stderr", stream)
     hf_logging.set_verbosity_info()
@@ -119,31 +153,99 @@ def test_default_handler_prints_when_the_application_has_no_handler(monkeypatch)
     assert stream.getvalue() == "[hf_lightning] hello\n"
 
 
-def test_default_handler_stays_quiet_when_the_application_has_a_handler(monkeypatch, caplog):
-    """With a handler on the root logger (here pytest's), the default handler prints nothing."""
-    stream = io.StringIO()
+def test_without_transformers_logging_records_reach_the_application(monkeypatch):
+    """transformers' logging not set up: our records propagate to the application's handlers, the default
+    handler stays quiet."""
+    from transformers.utils import logging as tf_logging
+
+    stream, app = io.StringIO(), _Collect()
+    monkeypatch.setattr(tf_logging, "_default_handler", None)
+    monkeypatch.setattr(logging.getLogger(), "handlers", [app])
     monkeypatch.setattr("sys.stderr", stream)
     hf_logging.set_verbosity_info()
     logging.getLogger("hf_lightning.trainer.train").info("hello")
-    assert stream.getvalue() == ""
+    assert (app.messages, stream.getvalue()) == (["hello"], "")
 
 
-def test_disable_default_handler_removes_it():
-    """disable_default_handler / enable_default_handler remove and restore the stderr handler."""
+def test_transformers_stderr_handler_prints_our_lines_and_the_application_does_not(
+    monkeypatch, transformers_stderr
+):
+    """As transformers' Trainer: our record is printed by transformers' stderr handler as
+    '[transformers] message', and a script's ``basicConfig`` handler does not see it (transformers'
+    library root does not propagate)."""
+    app = _Collect()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [app])
+    hf_logging.set_verbosity_info()
+    logging.getLogger("hf_lightning.trainer.train").info("hello")
+    assert (transformers_stderr.getvalue(), app.messages) == ("[transformers] hello\n", [])
+
+
+def test_transformers_explicit_format_formats_our_lines(transformers_stderr):
+    """An example script's ``enable_explicit_format()`` on transformers gives our lines that format too."""
+    from transformers.utils import logging as tf_logging
+
+    handler = tf_logging._default_handler
+    hf_logging.set_verbosity_info()
+    tf_logging.enable_explicit_format()
+    try:
+        logging.getLogger("hf_lightning.trainer.train").info("hello")
+    finally:
+        handler.setFormatter(logging.Formatter("[transformers] %(message)s"))
+    assert re.fullmatch(r"\[INFO\|test_logging\.py:\d+\] \S+ \S+ >> hello\n", transformers_stderr.getvalue())
+
+
+def test_transformers_verbosity_is_ours_once_its_logging_is_set_up(transformers_stderr, caplog):
+    """With transformers' verbosity at its WARNING default, our INFO lines are not printed, whatever the
+    application's root level (as transformers' Trainer's own)."""
+    from transformers.utils import logging as tf_logging
+
+    before = tf_logging.get_verbosity()
+    tf_logging.set_verbosity_warning()
+    try:
+        with caplog.at_level(logging.INFO):
+            logging.getLogger("hf_lightning.trainer.train").info("hidden")
+            logging.getLogger("hf_lightning.trainer.train").warning("shown")
+    finally:
+        tf_logging.set_verbosity(before)
+    assert transformers_stderr.getvalue() == "[transformers] shown\n"
+
+
+def test_propagation_follows_transformers(monkeypatch, transformers_stderr):
+    """transformers' library root propagating (``CI=1``, ``enable_propagation()``) makes ours propagate."""
+    from transformers.utils import logging as tf_logging
+
+    library = logging.getLogger("transformers")
+    app = _Collect()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [app])
+    monkeypatch.setattr(library, "propagate", True)
+    assert hf_logging.get_logger().propagate
+    logging.getLogger("hf_lightning.trainer.train").warning("both")
+    assert (app.messages, transformers_stderr.getvalue()) == (["both"], "[transformers] both\n")
+    tf_logging.disable_propagation()
+    assert not hf_logging.get_logger().propagate
+
+
+def test_disable_default_handler_removes_it(transformers_stderr):
+    """disable_default_handler / enable_default_handler remove and restore ours (and with it the hand-over
+    to transformers' stderr handler)."""
     hf_logging.disable_default_handler()
     without = len(hf_logging.get_logger().handlers)
+    logging.getLogger("hf_lightning.trainer.train").warning("not printed")
     hf_logging.enable_default_handler()
     assert len(hf_logging.get_logger().handlers) == without + 1
+    assert transformers_stderr.getvalue() == ""
 
 
-def test_disable_propagation_stops_records_at_the_library_root(caplog):
-    """disable_propagation keeps records from the application's handlers."""
+def test_enable_and_disable_propagation_are_ours_to_set(monkeypatch):
+    """enable_propagation / disable_propagation decide whatever transformers' propagation."""
+    app = _Collect()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [app])
     hf_logging.set_verbosity_info()
     hf_logging.disable_propagation()
     logging.getLogger("hf_lightning.x").info("kept inside")
     hf_logging.enable_propagation()
     logging.getLogger("hf_lightning.x").info("reaches the root")
-    assert [r.getMessage() for r in caplog.records] == ["reaches the root"]
+    assert app.messages == ["reaches the root"]
 
 
 def test_explicit_format_and_reset_format():
@@ -185,8 +287,11 @@ def test_own_verbosity_wins_over_transformers():
     assert level == logging.ERROR
 
 
-def test_without_any_verbosity_the_application_decides(caplog):
-    """With no level of ours and transformers' at its default, the application's root level applies."""
+def test_without_any_verbosity_the_application_decides(caplog, monkeypatch):
+    """With no level of ours and transformers' logging not set up, the application's root level applies."""
+    from transformers.utils import logging as tf_logging
+
+    monkeypatch.setattr(tf_logging, "_default_handler", None)
     with caplog.at_level(logging.INFO):
         assert hf_logging.get_verbosity() == logging.INFO
 
@@ -277,8 +382,8 @@ def test_a_replaced_transformers_logger_object_receives_our_line():
 
 def test_a_capture_logger_on_the_transformers_library_logger_receives_ours():
     """transformers' tests capture with ``CaptureLogger(transformers.logging.get_logger())``: a handler on
-    the library logger receives our records as it receives transformers' (propagation), and transformers'
-    own stderr handler does not print them a second time."""
+    the library logger receives our record once, and transformers' stderr handler prints it, as they
+    would a record of transformers'."""
     from transformers.testing_utils import CaptureLogger
     from transformers.utils import logging as tf_logging
 
@@ -292,7 +397,7 @@ def test_a_capture_logger_on_the_transformers_library_logger_receives_ours():
     finally:
         tf_logging._default_handler.setStream(previous)
     assert captured.out == "seen once\n"
-    assert theirs.getvalue() == ""
+    assert theirs.getvalue() == "[transformers] seen once\n"
 
 
 def test_a_handler_on_both_the_root_and_transformers_gets_our_record_once():

@@ -87,7 +87,8 @@ def _read_accelerator_config(args: Any, world_size: int) -> tuple[dict[str, Any]
     changed = sorted(
         k
         for k, v in _SHARDING_DEFAULTS.items()
-        if config.get(k, v) != v and k not in _CARRIED_ON_SEVERAL
+        if config.get(k, v) != v
+        and k not in _CARRIED_ON_SEVERAL
         # dispatch_batches=False: each process reads its own share, the same batches rank 0 would deal out
         and not (k == "dispatch_batches" and config[k] is False)
     )

@@ -3,8 +3,8 @@
 Every module of hf_lightning logs under the ``hf_lightning`` root logger. Its *verbosity* is, in order:
 
 1. the level set through this module (``set_verbosity*``) or the ``HF_LIGHTNING_VERBOSITY`` variable;
-2. transformers' library verbosity, when transformers is loaded and a script changed it
-   (``transformers.utils.logging.set_verbosity_info()``, ``TRANSFORMERS_VERBOSITY``), read live;
+2. transformers' library verbosity once transformers' logging is set up (importing transformers does it),
+   read live; records are then printed by transformers' handlers and propagate as transformers' do;
 3. otherwise nothing of its own: the application's logging configuration decides (``logging.basicConfig``).
 
 The bridge of 2. lives in :mod:`hf_lightning.utils.transformers_bridge`; see ``docs/logging.md``.
@@ -27,7 +27,12 @@ from logging import (  # noqa: F401 - the level constants are part of this modul
     WARNING,
 )
 
-from hf_lightning.utils.transformers_bridge import attach_twin_filter, install_library_root
+from hf_lightning.utils.transformers_bridge import (
+    attach_twin_filter,
+    install_library_root,
+    set_own_level,
+    to_transformers_handlers,
+)
 
 __all__ = [
     "CRITICAL",
@@ -74,13 +79,19 @@ _configured = False
 
 
 class _DefaultHandler(logging.StreamHandler):
-    """stderr as ``[hf_lightning] message``, only for records no other handler will print.
+    """transformers' stderr handler once transformers' logging is set up; else ``[hf_lightning] message``.
 
-    transformers prints its records through a handler of its own and stops them there; hf_lightning's
-    records propagate to the application's handlers instead (``logging.basicConfig``, pytest's
-    ``caplog``), and this handler prints them only when the application configured none, so that
-    ``log_level="info"`` shows the Trainer's lines in a bare script as it does with transformers.
+    With transformers loaded (the usual case: it builds the model) a record goes where transformers'
+    Trainer sends its own: to the handlers of transformers' library root (its stderr handler, in its
+    format). Without it, hf_lightning's records propagate to the application's handlers
+    (``logging.basicConfig``) and this handler prints them only when the application configured none,
+    so that ``log_level="info"`` shows the Trainer's lines in a bare script.
     """
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        if to_transformers_handlers(record):
+            return True
+        return bool(super().handle(record))
 
     def __init__(self) -> None:
         super().__init__(sys.stderr)
@@ -122,7 +133,7 @@ def _configure() -> None:
         root.addHandler(_default_handler)
         level = _env_level()
         if level is not None:
-            root.setLevel(level)
+            set_own_level(root, level)
         _configured = True
 
 
@@ -146,7 +157,7 @@ def get_verbosity() -> int:
 def set_verbosity(verbosity: int) -> None:
     """Set hf_lightning's library verbosity (it stops following transformers' until NOTSET is set)."""
     _configure()
-    _root().setLevel(verbosity)
+    set_own_level(_root(), verbosity)
 
 
 def set_verbosity_info() -> None:
@@ -170,7 +181,8 @@ def set_verbosity_error() -> None:
 
 
 def enable_default_handler() -> None:
-    """Print records no application handler prints on stderr as ``[hf_lightning] message`` (the default)."""
+    """Hand records to transformers' handlers, or without transformers print those no application handler
+    prints on stderr as ``[hf_lightning] message`` (the default)."""
     _configure()
     _root().addHandler(_default_handler)
 
@@ -200,7 +212,8 @@ def disable_propagation() -> None:
 
 
 def enable_propagation() -> None:
-    """Let hf_lightning's records reach the application's handlers too (the default)."""
+    """Let hf_lightning's records reach the application's handlers too (by default ours propagate as
+    transformers' do: not unless ``CI`` is set or ``transformers.utils.logging.enable_propagation()``)."""
     _configure()
     _root().propagate = True
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from hf_lightning.utils import logging as hf_logging
-from hf_lightning.utils.transformers_bridge import install_twin_filters
+from hf_lightning.utils.transformers_bridge import install_twin_filters, transformers_library_root
 
 __all__ = ["configure_trainer_logging", "log_eval_header", "log_train_header"]
 
@@ -19,9 +19,9 @@ __all__ = ["configure_trainer_logging", "log_eval_header", "log_train_header"]
 def configure_trainer_logging(args: Any) -> int:
     """What transformers' ``Trainer.__init__`` does with ``log_level`` / ``log_level_replica``.
 
-    The level of this process (``args.get_process_log_level()``) becomes the library verbosity, of
-    hf_lightning and, when it is loaded, of transformers (whose own records, e.g. ``save_pretrained``'s,
-    transformers' Trainer would have governed the same way). "passive" changes nothing: hf_lightning's
+    The level of this process (``args.get_process_log_level()``) becomes the library verbosity: of
+    transformers when it is loaded (which governs its own records, e.g. ``save_pretrained``'s, and
+    ours, which follow it), else of hf_lightning. "passive" changes nothing: hf_lightning's
     verbosity keeps following the script's settings. Returns the process's level.
     """
     install_twin_filters()
@@ -29,10 +29,15 @@ def configure_trainer_logging(args: Any) -> int:
     name = args.log_level if args.should_log else args.log_level_replica
     if name == "passive":
         return level
-    hf_logging.set_verbosity(level)
     transformers_logging = sys.modules.get("transformers.utils.logging")
-    if transformers_logging is not None:
-        transformers_logging.set_verbosity(level)
+    if transformers_logging is None:
+        hf_logging.set_verbosity(level)
+        return level
+    transformers_logging.set_verbosity(level)
+    if transformers_library_root() is not None:
+        hf_logging.set_verbosity(logging.NOTSET)  # ours is transformers' from now on, as its Trainer's
+    else:
+        hf_logging.set_verbosity(level)
     return level
 
 

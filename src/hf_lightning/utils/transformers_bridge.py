@@ -13,6 +13,12 @@ Trainer API swapped for hf_lightning's, two bridges keep those settings meaningf
   rejects it; handlers attached to the twin or to its ancestors up to the ``transformers`` logger (a
   ``CaptureLogger(transformers.logging.get_logger())``) receive it too, transformers' own stderr handler
   excepted.
+- **transformers' console**: once transformers' logging is set up (importing transformers does it),
+  hf_lightning's root logger does what transformers' library root does: its level (while none of its own
+  is set) is transformers' library level, its propagation (while none of its own is set) is transformers'
+  (off unless ``CI`` is set or a script enabled it), and its default handler hands each record to the
+  handlers of transformers' library root: transformers' stderr handler prints our lines in its format
+  (``[transformers] message``, or ``enable_explicit_format()``'s), where transformers' Trainer prints them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ __all__ = [
     "attach_twin_filter",
     "install_library_root",
     "install_twin_filters",
+    "set_own_level",
+    "to_transformers_handlers",
+    "transformers_library_root",
     "twin_of",
 ]
 
@@ -54,21 +63,29 @@ def twin_of(name: str) -> str | None:
     return None
 
 
+def transformers_library_root() -> logging.Logger | None:
+    """transformers' library root logger once transformers set up its logging (its stderr handler), else None."""
+    module = sys.modules.get("transformers.utils.logging")
+    if module is None or getattr(module, "_default_handler", None) is None:
+        return None
+    return _existing(_TRANSFORMERS_ROOT)
+
+
 def _transformers_verbosity() -> int:
-    """transformers' library level when a script changed it, else NOTSET."""
-    if _TRANSFORMERS_ROOT not in sys.modules:
+    """transformers' library level once its logging is set up; else NOTSET (the application decides)."""
+    library = transformers_library_root()
+    if library is not None:
+        return library.level
+    existing = _existing(_TRANSFORMERS_ROOT) if _TRANSFORMERS_ROOT in sys.modules else None
+    if existing is None or (
+        existing.level == logging.WARNING and not os.environ.get("TRANSFORMERS_VERBOSITY")
+    ):
         return logging.NOTSET
-    existing = logging.Logger.manager.loggerDict.get(_TRANSFORMERS_ROOT)
-    if not isinstance(existing, logging.Logger):
-        return logging.NOTSET
-    level = existing.level
-    if level == logging.WARNING and not os.environ.get("TRANSFORMERS_VERBOSITY"):
-        return logging.NOTSET  # transformers' untouched default: the application decides
-    return level
+    return existing.level
 
 
 class _BridgedLevel:
-    """A logger whose level, while none of its own is set, is transformers' verbosity (read live)."""
+    """A logger whose level and propagation, while none of its own is set, are transformers' (read live)."""
 
     @property
     def level(self) -> int:
@@ -77,11 +94,33 @@ class _BridgedLevel:
 
     @level.setter
     def level(self, value: int) -> None:
+        # ``setLevel(logger.level)`` (a save-and-restore, as pytest's ``caplog.at_level``) keeps following
+        if self.__dict__.get("_own_level", logging.NOTSET) == logging.NOTSET and value == self.level:
+            return
         self.__dict__["_own_level"] = value
+
+    @property
+    def propagate(self) -> bool:
+        own = self.__dict__.get("_own_propagate")
+        if own is not None:
+            return bool(own)
+        library = transformers_library_root()
+        return True if library is None else bool(library.propagate)
+
+    @propagate.setter
+    def propagate(self, value: bool | None) -> None:
+        """True / False: ours from now on; None: follow transformers' again."""
+        self.__dict__["_own_propagate"] = value
 
 
 class _LibraryRootLogger(_BridgedLevel, logging.Logger):
     """hf_lightning's root logger (a plain ``logging.Logger`` with the bridged level)."""
+
+
+def set_own_level(logger: logging.Logger, level: int) -> None:
+    """Give a bridged root ``level`` as its own (NOTSET: follow transformers' again)."""
+    logger.__dict__["_own_level"] = level
+    logger.manager._clear_cache()  # type: ignore[attr-defined]
 
 
 def install_library_root(name: str) -> logging.Logger:
@@ -93,6 +132,7 @@ def install_library_root(name: str) -> logging.Logger:
     logger = logging.getLogger(name)
     if not isinstance(logger, _BridgedLevel):
         own = logger.__dict__.pop("level", logging.NOTSET)
+        propagates = logger.__dict__.pop("propagate", True)
         kind = type(logger)
         bridged = (
             _LibraryRootLogger
@@ -100,7 +140,8 @@ def install_library_root(name: str) -> logging.Logger:
             else type(f"Bridged{kind.__name__}", (_BridgedLevel, kind), {})
         )
         logger.__class__ = bridged
-        logger.setLevel(own)  # also clears the loggers' cached isEnabledFor answers
+        set_own_level(logger, own)  # also clears the loggers' cached isEnabledFor answers
+        logger.propagate = None if propagates else False  # type: ignore[assignment]
     return logger
 
 
@@ -118,15 +159,12 @@ class TwinLoggerFilter(logging.Filter):
         if replaced is not None:  # a test's mock.patch on the twin: it receives the line in place of ours
             replaced(record.getMessage())
             return False
-        # a twin transformers never created: its nearest existing ancestor's handlers still apply
-        start = twin or _existing(_TRANSFORMERS_ROOT)
-        default = getattr(sys.modules.get("transformers.utils.logging"), "_default_handler", None)
-        theirs = [  # transformers' own stderr handler would print our line a second time
+        theirs = [  # the library root's own handlers are our default handler's (to_transformers_handlers)
             handler
-            for logger in _propagation_path(start)
-            if (logger.name + ".").startswith(_TRANSFORMERS_ROOT + ".")
+            for logger in _twin_path(name)
+            if logger.name.startswith(_TRANSFORMERS_ROOT + ".")
             for handler in logger.handlers
-            if handler is not default and record.levelno >= handler.level
+            if record.levelno >= handler.level
         ]
         if theirs:
             # each handler gets the record once: one also on our own propagation path (pytest's capture
@@ -165,6 +203,39 @@ def _replaced_method(name: str, twin: logging.Logger | None, levelno: int) -> An
     if held is not twin:
         return getattr(held, method, None)
     return held.__dict__.get(method)
+
+
+def _twin_path(name: str) -> Iterator[logging.Logger]:
+    """The loggers a record of transformers' logger ``name`` would reach, up to the library root.
+
+    A twin transformers never created: its nearest existing ancestor stands for it.
+    """
+    start = _existing(name)
+    parts = name.split(".")
+    while start is None and len(parts) > 1:
+        parts.pop()
+        start = _existing(".".join(parts))
+    for logger in _propagation_path(start):
+        if logger.name != _TRANSFORMERS_ROOT and not logger.name.startswith(_TRANSFORMERS_ROOT + "."):
+            return
+        yield logger
+
+
+def to_transformers_handlers(record: logging.LogRecord) -> bool:
+    """Hand ``record`` to the handlers of transformers' library root, as a record of its twin would reach
+    them (not when a twin stops propagating first, nor to a handler ours reach anyway). False when
+    transformers' logging is not set up."""
+    library = transformers_library_root()
+    if library is None:
+        return False
+    twin = twin_of(record.name)
+    if twin is not None and library not in _twin_path(twin):
+        return True
+    ours = {id(h) for logger in _propagation_path(logging.getLogger(record.name)) for h in logger.handlers}
+    for handler in library.handlers:
+        if id(handler) not in ours and record.levelno >= handler.level:
+            handler.handle(record)
+    return True
 
 
 def _existing(name: str) -> logging.Logger | None:
