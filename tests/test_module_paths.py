@@ -32,6 +32,9 @@ OUR_PACKAGES = (
     "hf_lightning.args",
     "hf_lightning.callbacks",
     "hf_lightning.data",
+    "hf_lightning.eval_utils",
+    "hf_lightning.loss",
+    "hf_lightning.adapters",  # the samplers
     "hf_lightning.optim",
     "hf_lightning.trainer",
     "hf_lightning.trainer_utils",

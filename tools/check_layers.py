@@ -28,7 +28,7 @@ __all__ = ["imported_modules", "layer_graph", "layer_of", "violations"]
 ENGINES = {"lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities", "optuna", "ray"}
 FACADE_PACKAGE = "hf_lightning.trainer"
 #: top-level modules whose only job is to re-export the facade under transformers' module paths
-FACADE_SHIMS = {"hf_lightning.trainer_seq2seq"}
+FACADE_SHIMS = {"hf_lightning.trainer_seq2seq", "hf_lightning.trainer_pt_utils"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
