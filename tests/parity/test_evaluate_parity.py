@@ -395,3 +395,20 @@ def test_outputs_that_are_not_batch_first_keep_every_row(tmp_path):
     )
     assert ours[1].shape == (10, 2) and theirs[1].shape == (8, 2)
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("scheduler", [None, "reduce_lr_on_plateau"])
+def test_a_missing_metric_for_best_model_raises_transformers_key_error(tmp_path, scheduler):
+    """Training with a metric_for_best_model evaluation does not return: the same KeyError, the same words,
+    chained from the lookup's KeyError, and the same files left behind."""
+    raised = {}
+    for name in LIBS:
+        extra = {"lr_scheduler_type": scheduler} if scheduler else {"load_best_model_at_end": True}
+        trainer = make_trainer(name, tmp_path, train_data=make_data(8), eval_data=make_data(4, seed=1),
+                               per_device_train_batch_size=4, max_steps=2, eval_strategy="steps", eval_steps=1,
+                               save_strategy="steps", save_steps=1, metric_for_best_model="bleu", **extra)  # fmt: skip
+        with pytest.raises(KeyError) as info:
+            trainer.train()
+        raised[name] = (str(info.value), type(info.value.__cause__), trainer.state.global_step)
+    assert raised["ours"] == raised["theirs"]
+    assert "'eval_bleu'" in raised["ours"][0] and raised["ours"][1] is KeyError

@@ -77,3 +77,27 @@ def test_a_resume_with_nothing_left_to_train_begins_and_ends_like_transformers(t
         seen[lib.__name__] = (events.events, output.global_step, sorted(resumed.evaluate()))
     assert seen["hf_lightning"] == seen["transformers"]
     assert seen["hf_lightning"][0] == [("train_begin", 2), ("evaluate", 2), ("train_end", 2), ("evaluate", 2)]
+
+
+def test_resuming_from_a_model_folder_raises_the_errors_transformers_raises(tmp_path):
+    """``resume_from_checkpoint`` = a ``save_pretrained`` folder (weights, no trainer_state.json): transformers
+    loads the weights and fails opening trainer_state.json (FileNotFoundError); a folder without weights is
+    a ValueError in both. Ours names the folder and what it lacks."""
+    import pytest
+
+    from tests.tiny import tiny_gpt2
+
+    model_dir = tmp_path / "model"
+    tiny_gpt2().save_pretrained(model_dir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    data = [{"input_ids": [1, 2, 3, 4], "labels": [1, 2, 3, 4]}] * 4
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(
+            str(tmp_path / lib.__name__), max_steps=1, report_to="none", use_cpu=True
+        )
+        trainer = lib.Trainer(tiny_gpt2(), args, train_dataset=data)
+        with pytest.raises(FileNotFoundError, match="trainer_state.json"):
+            trainer.train(resume_from_checkpoint=str(model_dir))
+        with pytest.raises(ValueError, match="Can't find a valid checkpoint at"):
+            trainer.train(resume_from_checkpoint=str(empty))

@@ -372,7 +372,9 @@ def test_best_global_step_is_kept_when_checkpoints_are_saved(tmp_path, save_stra
 def test_missing_best_metric_names_the_argument(tmp_path):
     """A metric_for_best_model that evaluation did not return raises a KeyError naming it and the choices."""
     trainer = make_trainer(tmp_path, metric_for_best_model="bleu", eval_strategy="steps")
-    with pytest.raises(KeyError, match=r"metric_for_best_model='bleu'.*eval_loss"):
+    with pytest.raises(
+        KeyError, match=r"`metric_for_best_model` training argument is set to 'eval_bleu'.*eval_loss"
+    ):
         trainer._determine_best_metric({"eval_loss": 1.0}, trial=None)
 
 

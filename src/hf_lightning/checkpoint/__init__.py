@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hf_lightning.checkpoint.io import DiskFullError
+from hf_lightning.checkpoint.io import CheckpointFileNotFoundError, DiskFullError
 from hf_lightning.checkpoint.lock import OutputDirBusyError
 from hf_lightning.checkpoint.store import (
     INCOMPLETE_SENTINEL_NAME,
@@ -33,6 +33,7 @@ from hf_lightning.checkpoint.store import (
 
 __all__ = [
     "CheckpointError",
+    "CheckpointFileNotFoundError",
     "DiskFullError",
     "INCOMPLETE_SENTINEL_NAME",
     "OPTIMIZER_NAME",

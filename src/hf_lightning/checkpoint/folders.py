@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 from hf_lightning.checkpoint.durability import ROTATED_NAME, set_aside, wait_for_durability
+from hf_lightning.checkpoint.io import CheckpointError, CheckpointFileNotFoundError
 from hf_lightning.checkpoint.peft_adapters import ADAPTER_WEIGHT_FILE_NAMES, has_adapter_weights
 from hf_lightning.checkpoint.sharded import (
     FSDP_MODEL_DIR,
@@ -37,6 +38,7 @@ __all__ = [
     "SCHEDULER_NAME",
     "TRAINER_STATE_NAME",
     "checkpoint_problem",
+    "unusable_checkpoint_error",
     "find_resumable_checkpoint",
     "has_model_weights",
     "is_checkpoint_complete",
@@ -117,6 +119,16 @@ def checkpoint_problem(folder: str | os.PathLike[str], content: bool = True) -> 
     if empty:
         return f"its files {empty} are empty"
     return _index_shards_missing(folder) or (content_problem(folder) if content else None)
+
+
+def unusable_checkpoint_error(folder: str, message: str) -> CheckpointError:
+    """The error for resuming from ``folder`` that :func:`checkpoint_problem` refused: a
+    :class:`CheckpointFileNotFoundError` (also ``FileNotFoundError``, transformers' error there) for model
+    weights without ``trainer_state.json``, else a :class:`CheckpointError` (``ValueError``)."""
+    lacks_state = not os.path.isfile(os.path.join(folder, TRAINER_STATE_NAME))
+    if os.path.isdir(folder) and has_model_weights(folder) and lacks_state:
+        return CheckpointFileNotFoundError(message, folder)
+    return CheckpointError(message, folder)
 
 
 def resume_problem(folder: str | os.PathLike[str]) -> str | None:

@@ -26,6 +26,7 @@ __all__ = [
     "TRAINING_ARGS_JSON_NAME",
     "TRAINING_ARGS_NAME",
     "CheckpointError",
+    "CheckpointFileNotFoundError",
     "DiskFullError",
     "args_json_text",
     "atomic_torch_save",
@@ -57,6 +58,11 @@ class CheckpointError(ValueError):
     def __init__(self, message: str, path: str | os.PathLike[str] | None = None) -> None:
         super().__init__(message)
         self.path = None if path is None else os.fspath(path)
+
+
+class CheckpointFileNotFoundError(CheckpointError, FileNotFoundError):
+    """A folder with model weights but without ``trainer_state.json``: transformers' Trainer loads the weights
+    and then fails opening that file with a ``FileNotFoundError``, so this error is one too."""
 
 
 class DiskFullError(OSError):

@@ -34,7 +34,7 @@ from hf_lightning.callbacks.restore import restore_callbacks
 from hf_lightning.checkpoint.background import save_in_background
 from hf_lightning.checkpoint.deepspeed_state import deepspeed_save_options, request_deepspeed_resume
 from hf_lightning.checkpoint.durability import wait_for_durability
-from hf_lightning.checkpoint.folders import checkpoint_problem
+from hf_lightning.checkpoint.folders import checkpoint_problem, unusable_checkpoint_error
 from hf_lightning.checkpoint.fresh_state import fast_forward_scheduler, report_fresh_optimizer
 from hf_lightning.checkpoint.io import safe_torch_load
 from hf_lightning.checkpoint.rotation import loadable_best_checkpoint, save_tracked_checkpoint
@@ -274,12 +274,12 @@ class CheckpointPolicy:
         )  # train(resume_from_checkpoint=True)
         problem = checkpoint_problem(folder, content=not checked)
         if problem is not None:
-            raise CheckpointError(
+            raise unusable_checkpoint_error(
+                folder,
                 f"Can't find a valid checkpoint at {folder}: {problem}. "  # transformers' words first
                 f"`train(resume_from_checkpoint={folder!r})` cannot resume from this folder. "
                 "Pass a complete `checkpoint-N` folder written during training (or `True` for the newest "
                 "complete one in output_dir).",
-                folder,
             )
         logger.info("Loading model from %s.", folder)
         load_model_weights(

@@ -128,10 +128,10 @@ class Evaluator:
             raise
         t._report_to_hp_search(trial, t.state.global_step, metrics)
         if not skip_scheduler and steps_on_metric(t.lr_scheduler):
-            t.lr_scheduler.step(metrics[self.best_metric_key(metrics)])
+            t.lr_scheduler.step(metrics[self.best_metric_key(metrics, for_scheduler=True)])
         return metrics
 
-    def best_metric_key(self, metrics: dict[str, float]) -> str:
+    def best_metric_key(self, metrics: dict[str, float], for_scheduler: bool = False) -> str:
         """``metric_for_best_model`` with its ``eval_`` prefix; a clear KeyError when evaluation lacks it."""
         name = self.trainer.plan.schedule.metric_for_best_model
         if name is None:
@@ -140,12 +140,18 @@ class Evaluator:
                 "best-model tracking need the name of an evaluation metric, e.g. 'loss'"
             )
         key = name if name.startswith("eval_") else f"eval_{name}"
-        if key not in metrics:
-            raise KeyError(
-                f"`TrainingArguments(metric_for_best_model={name!r})` names {key!r}, which evaluation did not "
-                f"return; choose one of: {', '.join(sorted(metrics))}. Return it from `compute_metrics` or "
-                "change `metric_for_best_model`."
+        if key not in metrics:  # transformers' words, chained from the KeyError of the lookup as there
+            ensure = (
+                f"Please ensure that the `compute_metrics` function returns a dictionary that includes '{key}' or "
+                "consider changing"
+                if for_scheduler
+                else "Consider changing"
             )
+            raise KeyError(
+                f"The `metric_for_best_model` training argument is set to '{key}', which is not found in the "
+                f"evaluation metrics. The available evaluation metrics are: {list(metrics.keys())}. {ensure} the "
+                "`metric_for_best_model` via the TrainingArguments."
+            ) from KeyError(key)
         return key
 
     def determine_best_metric(self, metrics: dict[str, float], trial: Any = None) -> bool:
