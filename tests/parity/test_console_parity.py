@@ -81,3 +81,50 @@ def test_trainer_lines_are_on_stderr_in_transformers_format_and_not_on_stdout(tm
     for line in ours:
         message = line.split(" ", 1)[1].strip()
         assert message not in their_stdout and message not in our_stdout
+
+
+DDP_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import torch
+    torch.set_num_threads(1)
+    import transformers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
+    from hf_lightning import Trainer, TrainingArguments
+    from tests.tiny import tiny_gpt2
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i + 2 for i in range(8)}}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")),
+                                        pad_token="[PAD]", unk_token="[UNK]")
+    data = [{"input_ids": [2 + (i + j) % 8 for j in range(6)]} for i in range(16)]
+    args = TrainingArguments(
+        sys.argv[1], report_to="none", use_cpu=True, disable_tqdm=True, max_steps=2, save_steps=2,
+        per_device_train_batch_size=4, log_level="info", log_level_replica="info",
+    )
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    Trainer(model=tiny_gpt2(), args=args, train_dataset=data, data_collator=collator).train()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_only_the_saving_process_announces_what_it_saves(tmp_path):
+    """Two processes, both at INFO: "Saving model checkpoint" and the collator-tokenizer line come from the
+    process that saves (rank 0) only, as in transformers; both print the training header."""
+    from tests._ddp import run_ranks
+
+    script = tmp_path / "script.py"
+    script.write_text(DDP_SCRIPT)
+    outputs = [output for _, output in run_ranks(str(script), [str(tmp_path / "out")], timeout=400)]
+    for rank, output in enumerate(outputs):
+        assert "***** Running training *****" in output
+        saves = [
+            line
+            for line in output.splitlines()
+            if "Saving model checkpoint" in line or "data_collator" in line
+        ]
+        assert len(saves) == (2 if rank == 0 else 0), (rank, saves)
+    assert os.path.isfile(tmp_path / "out" / "checkpoint-2" / "tokenizer.json")

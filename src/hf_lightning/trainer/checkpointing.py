@@ -120,11 +120,12 @@ class CheckpointPolicy:
         os.makedirs(output_dir, exist_ok=True)
         t.state.save_to_json(os.path.join(output_dir, TRAINER_STATE_NAME))
 
-    def processing_to_save(self) -> Any:
-        """The processing class, else the data collator's tokenizer (transformers saves that one instead)."""
+    def processing_to_save(self, saver: bool = True) -> Any:
+        """The processing class, else the data collator's tokenizer (transformers saves that one instead, and
+        says so on the process that saves)."""
         if (t := self.trainer).processing_class is not None:
             return t.processing_class
-        if (tokenizer := getattr(t.data_collator, "tokenizer", None)) is not None:
+        if (tokenizer := getattr(t.data_collator, "tokenizer", None)) is not None and saver:
             logger.info(_COLLATOR_TOKENIZER)
         return tokenizer
 
@@ -156,7 +157,7 @@ class CheckpointPolicy:
         def write(best: str | None) -> str:
             state.best_model_checkpoint = best
             options = dict(model=t.model, optimizer=t.optimizer, scheduler=t.lr_scheduler,
-                scaler=self.grad_scaler(), state=state, args=args, processing_class=self.processing_to_save(),
+                scaler=self.grad_scaler(), state=state, args=args, processing_class=self.processing_to_save(is_saver),
                 save_only_model=kept.save_only_model, process_index=index, world_size=world,
                 is_main_process=is_saver, barrier=t.accelerator.wait_for_everyone if world > 1 else None,
                 **sharding)  # fmt: skip
