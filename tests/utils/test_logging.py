@@ -175,6 +175,7 @@ def test_transformers_stderr_handler_prints_our_lines_and_the_application_does_n
     library root does not propagate)."""
     app = _Collect()
     monkeypatch.setattr(logging.getLogger(), "handlers", [app])
+    monkeypatch.setattr(logging.getLogger("transformers"), "propagate", False)  # its default unless CI=1
     hf_logging.set_verbosity_info()
     logging.getLogger("hf_lightning.trainer.train").info("hello")
     assert (transformers_stderr.getvalue(), app.messages) == ("[transformers] hello\n", [])
