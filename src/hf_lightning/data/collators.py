@@ -15,6 +15,7 @@ Engine-free: torch, numpy and the standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -136,8 +137,9 @@ class DefaultDataCollator:
         return default_data_collator(features, return_tensors or self.return_tensors)
 
 
+@dataclasses.dataclass
 class DataCollatorWithPadding:
-    """Pad a list of tokenized features to a batch with ``processing_class.pad``.
+    """Pad a list of tokenized features to a batch with ``processing_class.pad`` (a dataclass, as transformers').
 
     Args:
         tokenizer: the tokenizer (or feature extractor / processor) whose ``pad`` method pads the
@@ -150,17 +152,16 @@ class DataCollatorWithPadding:
     ``label`` and ``label_ids`` in the padded batch are renamed to ``labels``.
     """
 
-    def __init__(
-        self,
-        tokenizer: Any = None,
-        padding: bool | str = True,
-        max_length: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        return_tensors: str = "pt",
-        *,
-        processing_class: Any = None,
-    ) -> None:
-        if tokenizer is not None and processing_class is not None:
+    tokenizer: Any = None
+    padding: bool | str = True
+    max_length: int | None = None
+    pad_to_multiple_of: int | None = None
+    return_tensors: str = "pt"
+    processing_class: dataclasses.InitVar[Any] = dataclasses.field(default=None, kw_only=True)
+
+    def __post_init__(self, processing_class: Any) -> None:
+        tokenizer = self.tokenizer
+        if tokenizer is not None and processing_class is not None and processing_class is not tokenizer:
             raise ValueError(
                 "`DataCollatorWithPadding(tokenizer=..., processing_class=...)`: pass only one of them"
             )
@@ -170,24 +171,8 @@ class DataCollatorWithPadding:
                 "`DataCollatorWithPadding(tokenizer=...)` needs an object with a `pad` method "
                 f"(a tokenizer or feature extractor), got {type(pad_owner).__name__}"
             )
-        _check_return_tensors(return_tensors, "DataCollatorWithPadding")
+        _check_return_tensors(self.return_tensors, "DataCollatorWithPadding")
         self.tokenizer = pad_owner
-        self.padding = padding
-        self.max_length = max_length
-        self.pad_to_multiple_of = pad_to_multiple_of
-        self.return_tensors = return_tensors
-
-    @property
-    def processing_class(self) -> Any:
-        """The object that pads (the same as ``tokenizer``)."""
-        return self.tokenizer
-
-    def __repr__(self) -> str:
-        return (
-            f"DataCollatorWithPadding(tokenizer={self.tokenizer!r}, padding={self.padding!r}, "
-            f"max_length={self.max_length!r}, pad_to_multiple_of={self.pad_to_multiple_of!r}, "
-            f"return_tensors={self.return_tensors!r})"
-        )
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         batch = self._pad(features)
@@ -218,6 +203,15 @@ class DataCollatorWithPadding:
 
 
 # --- Dataset helpers -------------------------------------------------------------------------
+
+
+def _processing_class(self: DataCollatorWithPadding) -> Any:
+    """The object that pads (the same as ``tokenizer``)."""
+    return self.tokenizer
+
+
+# set after the dataclass is made: ``processing_class=`` is an init-only keyword, read back as ``tokenizer``
+DataCollatorWithPadding.processing_class = property(_processing_class)  # type: ignore[attr-defined]
 
 
 def signature_columns(model: Any, label_names: Sequence[str] | None = None) -> list[str]:
