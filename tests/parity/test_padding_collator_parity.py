@@ -1,4 +1,4 @@
-"""``DataCollatorWithPadding`` is a dataclass as transformers' is: same fields, equality, ``dataclasses.replace``,
+"""``DataCollatorWithPadding`` and ``DefaultDataCollator`` are dataclasses as transformers' are: same fields, equality, ``dataclasses.replace``,
 ``repr``, and a ``@dataclass`` subclass adding a field pads as the base does."""
 
 from __future__ import annotations
@@ -54,3 +54,18 @@ def _observed(lib, tokenizer):
 
 def test_padding_collator_is_the_same_dataclass(tokenizer):
     assert _observed(hf_lightning, tokenizer) == _observed(transformers, tokenizer)
+
+
+def test_default_collator_is_the_same_dataclass():
+    def observed(lib):
+        collator = lib.DefaultDataCollator(return_tensors="np")
+        return (
+            [f.name for f in dataclasses.fields(collator)],
+            collator == lib.DefaultDataCollator("np"),
+            repr(collator).split("(", 1)[1],
+            dataclasses.replace(collator, return_tensors="pt")([{"x": [1, 2], "label": 1}])[
+                "labels"
+            ].tolist(),
+        )
+
+    assert observed(hf_lightning) == observed(transformers)

@@ -126,12 +126,15 @@ def default_data_collator(features: Sequence[Any], return_tensors: str = "pt") -
     return batch
 
 
+@dataclasses.dataclass
 class DefaultDataCollator:
-    """:func:`default_data_collator` as an object, with ``return_tensors`` fixed at construction."""
+    """:func:`default_data_collator` as an object, with ``return_tensors`` fixed at construction (a dataclass,
+    as transformers')."""
 
-    def __init__(self, return_tensors: str = "pt") -> None:
-        _check_return_tensors(return_tensors, "DefaultDataCollator")
-        self.return_tensors = return_tensors
+    return_tensors: str = "pt"
+
+    def __post_init__(self) -> None:
+        _check_return_tensors(self.return_tensors, "DefaultDataCollator")
 
     def __call__(self, features: Sequence[Any], return_tensors: str | None = None) -> dict[str, Any]:
         return default_data_collator(features, return_tensors or self.return_tensors)
