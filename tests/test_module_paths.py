@@ -44,6 +44,9 @@ OUR_PACKAGES = (
 SAME_NAME_OTHER_THING = {
     # transformers': a Trainer method taking the Trainer; ours (hf_lightning.optim) takes the optimizer
     ("trainer_pt_utils", "get_learning_rates"),
+    # transformers': (lengths, effective_batch_size, dp_size, grad_accum, ...) and its own balancing rule; ours
+    # (hf_lightning.adapters) balances by another rule and takes other arguments
+    ("trainer_pt_utils", "BatchRebalanceSampler"),
 }
 
 

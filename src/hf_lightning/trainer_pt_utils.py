@@ -2,6 +2,8 @@
 
 Homes: the evaluation helpers in :mod:`hf_lightning.eval_utils`, ``LabelSmoother`` in :mod:`hf_lightning.loss`,
 the samplers in ``hf_lightning.adapters.samplers`` (loaded on first use, as this module only re-exports them).
+Our ``BatchRebalanceSampler`` is not here: it balances by another rule and takes other arguments than
+transformers' class of that name (``docs/data.md``); it is ``hf_lightning.adapters.BatchRebalanceSampler``.
 transformers' ``log_metrics``, ``save_metrics``, ``save_state``, ``metrics_format``, ``get_learning_rates``,
 ``get_num_trainable_parameters`` and ``get_optimizer_group`` there are Trainer methods in disguise (they take
 the Trainer): they are ``Trainer`` methods here.
@@ -26,13 +28,11 @@ from hf_lightning.trainer_utils import get_model_param_count
 
 if TYPE_CHECKING:
     from hf_lightning.adapters.samplers import (
-        BatchRebalanceSampler,
         DistributedLengthGroupedSampler,
         LengthGroupedSampler,
     )
 
 __all__ = [
-    "BatchRebalanceSampler",
     "DistributedLengthGroupedSampler",
     "LabelSmoother",
     "LayerWiseDummyOptimizer",
@@ -47,7 +47,7 @@ __all__ = [
     "nested_truncate",
 ]
 
-_SAMPLERS = ("BatchRebalanceSampler", "DistributedLengthGroupedSampler", "LengthGroupedSampler")
+_SAMPLERS = ("DistributedLengthGroupedSampler", "LengthGroupedSampler")
 
 
 def get_length_grouped_indices(

@@ -50,16 +50,17 @@ _FALSE_WORDS = ("no", "false", "f", "n", "0")
 _NONE_TYPE = type(None)
 
 
-def string_to_bool(value: str | bool) -> bool:
-    """Read a command-line truth value: yes/no, true/false, t/f, y/n or 1/0, in any case."""
-    if isinstance(value, bool):
-        return value
-    if value.lower() in _TRUE_WORDS:
+def string_to_bool(v: str | bool) -> bool:
+    """Read a command-line truth value: yes/no, true/false, t/f, y/n or 1/0, in any case (``v``: transformers'
+    parameter name)."""
+    if isinstance(v, bool):
+        return v
+    if v.lower() in _TRUE_WORDS:
         return True
-    if value.lower() in _FALSE_WORDS:
+    if v.lower() in _FALSE_WORDS:
         return False
     raise ArgumentTypeError(
-        f"Truthy value expected: got {value!r}; choose one of yes/no, true/false, t/f, y/n, 1/0 (any case)."
+        f"Truthy value expected: got {v!r}; choose one of yes/no, true/false, t/f, y/n, 1/0 (any case)."
     )
 
 
