@@ -177,3 +177,30 @@ def test_a_dataset_without_length_needs_max_steps_at_construction(tmp_path):
     with pytest.raises(ValueError, match="does not implement __len__.*max_steps has to be specified"):
         Trainer(RegressionModel(), args, train_dataset=Stream())
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("library", ["transformers", "hf_lightning"])
+def test_inner_training_loop_override_with_transformers_signature(tmp_path, library):
+    """A subclass overriding ``_inner_training_loop(self, batch_size=None, args=None, ...)`` and calling super
+    positionally (transformers' signature) trains; it is given the batch size, which counts only with
+    ``auto_find_batch_size`` (as in transformers)."""
+    import importlib
+
+    lib = importlib.import_module(library)
+    seen = []
+
+    class Wrapped(lib.Trainer):
+        def _inner_training_loop(self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None,
+                                 ignore_keys_for_eval=None):  # fmt: skip
+            seen.append(batch_size)
+            return super()._inner_training_loop(4, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
+
+    args = lib.TrainingArguments(str(tmp_path / library), per_device_train_batch_size=8, max_steps=2,
+                                 report_to="none", disable_tqdm=True, save_strategy="no", use_cpu=True)  # fmt: skip
+    trainer = Wrapped(RegressionModel(), args, train_dataset=regression_data(32))
+    output = trainer.train()
+    assert (seen, output.global_step, trainer.state.train_batch_size) == (
+        [8],
+        2,
+        8,
+    )  # read with auto_find only

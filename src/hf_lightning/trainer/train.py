@@ -117,7 +117,7 @@ class TrainLauncher:
             ignore_keys_for_eval=ignore_keys_for_eval,
         )
         if not t.plan.length.auto_find_batch_size:
-            return t._inner_training_loop(**run)
+            return t._inner_training_loop(batch_size=current.train_batch_size, **run)
         if resume_from_checkpoint is not None:  # continue with the batch size the checkpointed run found
             path = os.path.join(resume_from_checkpoint, "trainer_state.json")
             found = TrainerState.load_from_json(path).train_batch_size if os.path.isfile(path) else None
@@ -134,19 +134,23 @@ class TrainLauncher:
 
         def attempt(batch_size: int) -> TrainOutput:
             current.train_batch_size = batch_size
-            return t._inner_training_loop(**run)
+            return t._inner_training_loop(batch_size=batch_size, **run)
 
         return find_executable_batch_size(attempt, t._train_batch_size, auto_find_batch_size=True)()
 
     def inner_loop(
         self,
-        args: Any,
-        resume_from_checkpoint: str | None,
-        trial: Any,
-        ignore_keys_for_eval: list[str] | None,
+        batch_size: int | None = None,
+        args: Any = None,
+        resume_from_checkpoint: str | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
     ) -> TrainOutput:
-        """``Trainer._inner_training_loop``: prepare this run, fit it on Lightning, finish it."""
+        """``Trainer._inner_training_loop`` (transformers' parameters): prepare this run, fit it, finish it."""
         t = self.trainer
+        if batch_size is not None and t.plan.length.auto_find_batch_size:  # transformers reads it only then
+            t.run.train_batch_size = batch_size
+        args = t.args if args is None else args
         train_dataloader = t.get_train_dataloader()
         t.callback_handler.train_dataloader = train_dataloader  # passed to every callback event
         check_train_dataloader(
