@@ -204,3 +204,18 @@ def test_inner_training_loop_override_with_transformers_signature(tmp_path, libr
         2,
         8,
     )  # read with auto_find only
+
+
+def test_prepare_input_moves_one_nested_value_as_transformers(tmp_path):
+    """``trainer._prepare_input(data)`` (called by ecosystem trainers) returns the same nesting and values."""
+    import transformers
+
+    data = {"a": [torch.ones(2), (torch.zeros(1), 3)], "b": "text"}
+    results = []
+    for lib in (transformers, __import__("hf_lightning")):
+        args = lib.TrainingArguments(str(tmp_path / lib.__name__), report_to="none", use_cpu=True)
+        moved = lib.Trainer(RegressionModel(), args)._prepare_input(data)
+        results.append(
+            (type(moved["a"]), type(moved["a"][1]), moved["a"][0].tolist(), moved["a"][1][1], moved["b"])
+        )
+    assert results[0] == results[1]

@@ -36,6 +36,7 @@ __all__ = [
     "autocast_smart_context_manager",
     "compute_loss",
     "compute_loss_context_manager",
+    "prepare_input",
     "prepare_inputs",
     "to_device",
     "training_step",
@@ -58,6 +59,11 @@ def autocast_smart_context_manager(
     """``Trainer.autocast_smart_context_manager``: a null context, as Lightning's precision plugin
     already autocasts the training step."""
     return contextlib.nullcontext()
+
+
+def prepare_input(self: Trainer, data: Any) -> Any:
+    """``Trainer._prepare_input``: one tensor, or a nested list / dict of them, on the model's device."""
+    return to_device(data, self.accelerator.device, non_blocking=self.accelerator.non_blocking)
 
 
 def prepare_inputs(self: Trainer, inputs: dict[str, Any]) -> dict[str, Any]:

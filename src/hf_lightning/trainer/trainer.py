@@ -268,6 +268,7 @@ class Trainer:
     compute_loss = steps.compute_loss
     compute_loss_context_manager = steps.compute_loss_context_manager
     autocast_smart_context_manager = steps.autocast_smart_context_manager
+    _prepare_input = steps.prepare_input
     _prepare_inputs = steps.prepare_inputs
     _label_smoother = delegate("steps", BatchSteps.label_smoother)
     get_batch_samples = delegate("steps", BatchSteps.batch_samples)
