@@ -147,9 +147,9 @@ class TrainLauncher:
         ignore_keys_for_eval: list[str] | None = None,
     ) -> TrainOutput:
         """``Trainer._inner_training_loop`` (transformers' parameters): prepare this run, fit it, finish it."""
-        t = self.trainer
+        t, current = self.trainer, self.trainer.run
         if batch_size is not None and t.plan.length.auto_find_batch_size:  # transformers reads it only then
-            t.run.train_batch_size = batch_size
+            current.train_batch_size = batch_size
         args = t.args if args is None else args
         train_dataloader = t.get_train_dataloader()
         t.callback_handler.train_dataloader = train_dataloader  # passed to every callback event
