@@ -400,3 +400,23 @@ def test_str_shows_accelerator_config_as_transformers(tmp_path, configured):
         for cls in (transformers.TrainingArguments, TrainingArguments)
     ]  # fmt: skip
     assert lines[1] == lines[0] and "'use_configured_state': False}" in lines[1][0]
+
+
+@pytest.mark.parametrize("kwargs", [{"torch_compile": True}, {"torch_compile_mode": "default"}, {}])
+def test_torch_compile_logs_transformers_tf32_lines(kwargs, tmp_path, caplog):
+    """``torch_compile`` without an Ampere GPU: transformers' warning that compiling gains little, once per
+    build, in both; nothing without torch_compile."""
+    import logging
+
+    lines = {}
+    for name, cls in (("theirs", transformers.TrainingArguments), ("ours", TrainingArguments)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            cls(str(tmp_path / name), report_to="none", use_cpu=True, **kwargs)
+        lines[name] = [
+            r.getMessage()
+            for r in caplog.records
+            if "torchdynamo" in r.getMessage() or "TF32" in r.getMessage()
+        ]
+    assert lines["ours"] == lines["theirs"]
+    assert len(lines["ours"]) == (1 if kwargs else 0)

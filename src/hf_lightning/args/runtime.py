@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOG_LEVELS",
     "announce_devices",
+    "compile_tf32",
     "DeepSpeedPlugin",
     "DistributedState",
     "DistributedType",
@@ -169,6 +170,27 @@ def announce_devices(args: TrainingArguments) -> None:
         return
     args.__dict__["_devices_announced"] = True
     logger.info("PyTorch: setting up devices")
+
+
+def compile_tf32(args: TrainingArguments) -> None:
+    """transformers' ``__post_init__`` step for ``torch_compile``: on an Ampere or newer GPU, TF32 matmuls on
+    (unless ``tf32=False`` or fp16 says otherwise; always with bf16), with its INFO line; elsewhere its
+    warning that compiling gains little."""
+    if not args.torch_compile or _Quiet.depth:
+        return
+    torch = _torch()
+    ampere = torch.cuda.is_available() and torch.version.cuda is not None
+    if ampere and torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8:
+        if (args.tf32 is None and not args.fp16) or args.bf16:
+            logger.info(
+                "Setting TF32 in CUDA backends to speedup torch compile, you won't see any improvement otherwise."
+            )
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        return
+    logger.warning(
+        "The speedups for torchdynamo mostly come with GPU Ampere or higher and which is not detected here."
+    )
 
 
 def device(args: TrainingArguments) -> torch.device:

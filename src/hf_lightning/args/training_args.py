@@ -280,6 +280,7 @@ class TrainingArguments:
         check(self, problems)
         set_up_partial_state(self, configured=self.__dict__.get("_use_configured_state", False))
         runtime.announce_devices(self)  # where transformers' __post_init__ sets up its devices
+        runtime.compile_tf32(self)  # then its TF32 step for torch_compile
 
     def __setattr__(self, name: str, value: Any) -> None:
         """Set the field and count the set, so ``Trainer.plan`` sees the change (``hf_lightning.plan``)."""
