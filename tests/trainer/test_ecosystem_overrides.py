@@ -219,3 +219,17 @@ def test_prepare_input_moves_one_nested_value_as_transformers(tmp_path):
             (type(moved["a"]), type(moved["a"][1]), moved["a"][0].tolist(), moved["a"][1][1], moved["b"])
         )
     assert results[0] == results[1]
+
+
+def test_train_with_an_unknown_keyword_raises_pythons_type_error_as_transformers(tmp_path):
+    import transformers
+
+    messages = []
+    for lib in (transformers, __import__("hf_lightning")):
+        args = lib.TrainingArguments(
+            str(tmp_path / lib.__name__), report_to="none", use_cpu=True, max_steps=1
+        )
+        with pytest.raises(TypeError) as info:
+            lib.Trainer(RegressionModel(), args, train_dataset=regression_data(8)).train(model_path="x")
+        messages.append(str(info.value))
+    assert messages[0] == messages[1] == "Trainer.train() got an unexpected keyword argument 'model_path'"

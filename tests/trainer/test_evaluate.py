@@ -309,6 +309,10 @@ def test_get_eval_dataloader_by_name(tmp_path):
     assert len(trainer.get_eval_dataloader("b").dataset) == 5
     with pytest.raises(ValueError, match="choose one of: 'a', 'b'"):
         trainer.get_eval_dataloader("c")
+    with pytest.raises(
+        KeyError
+    ):  # transformers' dict lookup raises KeyError: `except KeyError` keeps working
+        trainer.evaluate(eval_dataset="c")
 
 
 def test_evaluate_without_dataset_raises(tmp_path):

@@ -30,7 +30,7 @@ from hf_lightning.utils.logging import get_logger
 if TYPE_CHECKING:
     from hf_lightning.trainer.trainer import Trainer
 
-__all__ = ["DataLoaderBuilder", "find_labels"]
+__all__ = ["DataLoaderBuilder", "UnknownEvalDatasetError", "find_labels"]
 
 logger = get_logger(__name__)
 
@@ -53,6 +53,14 @@ def _tensor_parallel_size(model: Any, data: Any) -> int:
     if size is None:
         size = data.parallelism_tp_size
     return int(size or 1)
+
+
+class UnknownEvalDatasetError(KeyError, ValueError):
+    """An eval dataset name that ``eval_dataset`` (a dict) lacks: a ``KeyError`` as transformers' lookup
+    raises, and a ``ValueError`` naming the choices."""
+
+    def __str__(self) -> str:  # KeyError's own would quote the message
+        return str(self.args[0])
 
 
 class DataLoaderBuilder:
@@ -141,7 +149,9 @@ class DataLoaderBuilder:
             names = (
                 ", ".join(repr(k) for k in datasets) if isinstance(datasets, dict) else "none (not a dict)"
             )
-            raise ValueError(f"`get_eval_dataloader({name!r})` names no eval dataset; choose one of: {names}")
+            raise UnknownEvalDatasetError(
+                f"`get_eval_dataloader({name!r})` names no eval dataset; choose one of: {names}"
+            )
         return datasets[name]
 
     def eval_sampler(self, eval_dataset: Any, lengths: list[int] | None = None) -> Any:

@@ -231,11 +231,8 @@ class Trainer:
         resume_from_checkpoint: str | bool | None = None,
         trial: Any = None,
         ignore_keys_for_eval: list[str] | None = None,
-        **kwargs: Any,
     ) -> TrainOutput:
         """Train the model; resume from a checkpoint folder (or the newest one when True)."""
-        if kwargs:
-            raise TypeError(f"train() got unexpected keyword arguments: {', '.join(kwargs)}.")
         self.run = self.run.successor()  # a fresh run object; transformers' attributes keep their values
         return self.launcher.launch(resume_from_checkpoint, trial, ignore_keys_for_eval)
 
