@@ -333,3 +333,27 @@ def test_log_printing_matches_transformers(capsys, callback_name):
         printed.append(capsys.readouterr().out)
     assert printed[0] == printed[1]
     assert "loss" in printed[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"eval_strategy": "steps", "eval_steps": 1}, {"metric_for_best_model": "loss", "save_strategy": "no"}],
+    ids=["no-metric", "no-evaluation"],
+)
+def test_early_stopping_without_metric_or_evaluation_raises_what_transformers_raises(kwargs, tmp_path):
+    """transformers' callback asserts (AssertionError); ours raises an error that is that and a ValueError
+    naming the argument, at the same moment (train begin, before any step)."""
+    import hf_lightning
+    from tests.tiny import RegressionModel, regression_data
+
+    steps = {}
+    for name, lib in (("theirs", transformers), ("ours", hf_lightning)):
+        args = lib.TrainingArguments(str(tmp_path / name), max_steps=2, report_to="none", use_cpu=True,
+                                     disable_tqdm=True, **kwargs)  # fmt: skip
+        data = regression_data(8)
+        trainer = lib.Trainer(RegressionModel(), args, train_dataset=data, eval_dataset=data,
+                              callbacks=[lib.EarlyStoppingCallback(2)])  # fmt: skip
+        with pytest.raises(AssertionError):
+            trainer.train()
+        steps[name] = trainer.state.global_step
+    assert steps["ours"] == steps["theirs"] == 0

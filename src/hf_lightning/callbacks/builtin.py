@@ -14,7 +14,13 @@ from hf_lightning.callbacks.api import ExportableState, TrainerCallback
 from hf_lightning.trainer_utils import has_length
 from hf_lightning.utils.logging import get_logger
 
-__all__ = ["DefaultFlowCallback", "EarlyStoppingCallback", "PrinterCallback", "ProgressCallback"]
+__all__ = [
+    "DefaultFlowCallback",
+    "EarlyStoppingCallback",
+    "EarlyStoppingSetupError",
+    "PrinterCallback",
+    "ProgressCallback",
+]
 
 logger = get_logger(__name__)
 
@@ -33,6 +39,11 @@ def _format_logs(logs: dict[str, Any], max_str_len: int | None = None) -> dict[s
         else:
             shown[key] = value
     return shown
+
+
+class EarlyStoppingSetupError(ValueError, AssertionError):
+    """``EarlyStoppingCallback`` without a metric or without evaluations: a ``ValueError`` naming the argument,
+    and the ``AssertionError`` transformers' callback raises there (``except AssertionError`` keeps working)."""
 
 
 class DefaultFlowCallback(TrainerCallback):
@@ -188,12 +199,12 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
                 "Once training is finished, the best model will not be loaded automatically."
             )
         if args.metric_for_best_model is None:
-            raise ValueError(
+            raise EarlyStoppingSetupError(
                 "EarlyStoppingCallback needs `TrainingArguments(metric_for_best_model=...)`, got None; name the "
                 "evaluation metric to watch, e.g. metric_for_best_model='loss'."
             )
         if enum_value(args.eval_strategy) == "no":
-            raise ValueError(
+            raise EarlyStoppingSetupError(
                 "EarlyStoppingCallback needs evaluations: `TrainingArguments(eval_strategy='no')` is not "
                 "supported; choose one of: 'steps', 'epoch'."
             )
