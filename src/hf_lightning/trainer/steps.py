@@ -67,8 +67,9 @@ def prepare_input(self: Trainer, data: Any) -> Any:
 
 
 def prepare_inputs(self: Trainer, inputs: dict[str, Any]) -> dict[str, Any]:
-    """``Trainer._prepare_inputs``: ``inputs`` on the model's device (Lightning has usually moved them)."""
-    return to_device(inputs, self.accelerator.device, non_blocking=self.accelerator.non_blocking)
+    """``Trainer._prepare_inputs``: ``inputs`` on the model's device (Lightning has usually moved them), through
+    ``_prepare_input`` as in transformers (a subclass's override of it applies)."""
+    return self._prepare_input(inputs)
 
 
 def training_step(

@@ -30,14 +30,10 @@ def configure_trainer_logging(args: Any) -> int:
     if name == "passive":
         return level
     transformers_logging = sys.modules.get("transformers.utils.logging")
-    if transformers_logging is None:
-        hf_logging.set_verbosity(level)
-        return level
-    transformers_logging.set_verbosity(level)
-    if transformers_library_root() is not None:
-        hf_logging.set_verbosity(logging.NOTSET)  # ours is transformers' from now on, as its Trainer's
-    else:
-        hf_logging.set_verbosity(level)
+    if transformers_logging is not None:
+        transformers_logging.set_verbosity(level)  # sets up transformers' logging if it was not yet
+    # with transformers loaded, ours follows its verbosity from now on, as its Trainer's lines do
+    hf_logging.set_verbosity(logging.NOTSET if transformers_library_root() is not None else level)
     return level
 
 

@@ -11,8 +11,8 @@ Trainer API swapped for hf_lightning's, two bridges keep those settings meaningf
   (``hf_lightning.trainer.*`` -> ``transformers.trainer``, see :data:`TWINS`). A record of ours is
   dropped when its twin is disabled, has a level of its own above the record's, or a filter of its own
   rejects it; handlers attached to the twin or to its ancestors up to the ``transformers`` logger (a
-  ``CaptureLogger(transformers.logging.get_logger())``) receive it too, transformers' own stderr handler
-  excepted.
+  ``CaptureLogger(transformers.logging.get_logger())``) receive it too (the library logger's own handlers
+  through our default handler, below).
 - **transformers' console**: once transformers' logging is set up (importing transformers does it),
   hf_lightning's root logger does what transformers' library root does: its level (while none of its own
   is set) is transformers' library level, its propagation (while none of its own is set) is transformers'
@@ -170,9 +170,7 @@ class TwinLoggerFilter(logging.Filter):
             # each handler gets the record once: one also on our own propagation path (pytest's capture
             # handlers sit on the root and on every non-propagating logger, ``transformers`` included)
             # is left to that path
-            ours = {
-                id(h) for logger in _propagation_path(logging.getLogger(record.name)) for h in logger.handlers
-            }
+            ours = _our_handler_ids(record)
             for handler in theirs:
                 if id(handler) not in ours:
                     handler.handle(record)
@@ -231,11 +229,16 @@ def to_transformers_handlers(record: logging.LogRecord) -> bool:
     twin = twin_of(record.name)
     if twin is not None and library not in _twin_path(twin):
         return True
-    ours = {id(h) for logger in _propagation_path(logging.getLogger(record.name)) for h in logger.handlers}
+    ours = _our_handler_ids(record)
     for handler in library.handlers:
         if id(handler) not in ours and record.levelno >= handler.level:
             handler.handle(record)
     return True
+
+
+def _our_handler_ids(record: logging.LogRecord) -> set[int]:
+    """The handlers our own propagation gives ``record`` (a handler also there is left to it)."""
+    return {id(h) for logger in _propagation_path(logging.getLogger(record.name)) for h in logger.handlers}
 
 
 def _existing(name: str) -> logging.Logger | None:
