@@ -3,7 +3,9 @@
 The order of the per-parameter norms decides the last bits of the total norm, and so of the clipped
 update; an ill-conditioned model (a small BatchNorm network at batch 2) turns such bits into visible
 differences within a few steps. The model's order is found once, and again when the optimizer gains
-parameters (layers unfrozen mid-training).
+parameters (layers unfrozen mid-training). Optimized parameters outside the model are not clipped nor
+counted in the norm, as in transformers (sentence-transformers' ``SoftmaxLoss`` holds a classifier the
+optimizer updates but ``model.parameters()`` does not list).
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ __all__ = ["ClipOrder"]
 
 
 class ClipOrder:
-    """Caches the optimized parameters sorted in ``model.parameters()`` order (the others after them)."""
+    """Caches the optimized parameters that are the model's, in ``model.parameters()`` order."""
 
     def __init__(self) -> None:
         self._count = -1
         self._ordered: list[torch.nn.Parameter] = []
 
     def parameters(self, model: nn.Module, optimized: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
-        """``optimized`` in the model's order."""
+        """Those of ``optimized`` that ``model`` holds, in the model's order."""
         if len(optimized) != self._count:
-            members = {id(p): p for p in optimized}
-            ordered = [p for p in model.parameters() if members.pop(id(p), None) is not None]
-            self._ordered, self._count = ordered + list(members.values()), len(optimized)
+            members = {id(p) for p in optimized}
+            self._ordered = [p for p in model.parameters() if id(p) in members]
+            self._count = len(optimized)
         return self._ordered

@@ -7,7 +7,10 @@ sentence-transformers' ``Transformer`` module loads (offline). Each scenario tra
 ``MultipleNegativesRankingLoss`` on 64 (anchor, positive) pairs in ``ROOT/BACKEND/<scenario>`` and writes
 ``<scenario>.json`` (``log_history``, the checkpoint folders' files, the best checkpoint) and
 ``<scenario>.safetensors`` (the weights at the end). Scenarios: ``st`` (6 steps, checkpoints at 3 and 6),
-``st_resume`` (resumes ``st``'s checkpoint-3), ``st_best`` (evaluation at 3 and 6, best model loaded).
+``st_resume`` (resumes ``st``'s checkpoint-3), ``st_best`` (evaluation at 3 and 6, best model loaded);
+``st_softmax`` trains ``SoftmaxLoss`` on labelled pairs instead: its classifier lives in the loss and reaches the
+optimizer only through the trainer's ``get_optimizer_cls_and_kwargs`` override, with a
+``learning_rate_mapping`` rate of its own (the loss's weights are written with the model's).
 """
 
 from __future__ import annotations
@@ -66,10 +69,15 @@ def pairs(n: int = 64):
     )
 
 
+def labelled_pairs(n: int = 64):
+    data = pairs(n)
+    return data.add_column("label", [i % 3 for i in range(len(data))])
+
+
 def train(scenario: str):
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers import SentenceTransformerTrainingArguments as Arguments
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss, SoftmaxLoss
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
     out = os.path.join(ROOT, BACKEND, scenario)
@@ -83,9 +91,15 @@ def train(scenario: str):
     if scenario == "st_best":
         kwargs.update(eval_strategy="steps", eval_steps=3, load_best_model_at_end=True,
                       metric_for_best_model="eval_loss", greater_is_better=True)  # fmt: skip
-    data = pairs()
+    data, loss = pairs(), MultipleNegativesRankingLoss(model)
+    if scenario == "st_softmax":
+        kwargs.update(learning_rate_mapping={r"classifier": 5e-3}, weight_decay=0.1)
+        data, loss = (
+            labelled_pairs(),
+            SoftmaxLoss(model, model.get_sentence_embedding_dimension(), num_labels=3),
+        )
     trainer = SentenceTransformerTrainer(
-        model=model, args=Arguments(**kwargs), train_dataset=data, loss=MultipleNegativesRankingLoss(model),
+        model=model, args=Arguments(**kwargs), train_dataset=data, loss=loss,
         eval_dataset=data.select(range(16)) if scenario == "st_best" else None,
     )  # fmt: skip
     resume = os.path.join(ROOT, BACKEND, "st", "checkpoint-3") if scenario == "st_resume" else None
@@ -104,6 +118,9 @@ def report(scenario: str, trainer=None, error: str | None = None) -> None:
     }  # fmt: skip
     if trainer is not None:
         weights = {name: p.detach().cpu().contiguous() for name, p in trainer.model.named_parameters()}
+        if isinstance(trainer.loss, torch.nn.Module):
+            weights.update({f"loss.{name}": p.detach().cpu().contiguous()
+                            for name, p in trainer.loss.named_parameters() if not name.startswith("model.")})  # fmt: skip
         save_file(weights, os.path.join(out, f"{scenario}.safetensors"))
     with open(os.path.join(out, f"{scenario}.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle)

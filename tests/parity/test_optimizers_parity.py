@@ -210,6 +210,39 @@ def test_optimizer_cls_and_kwargs_override_matches_trainer(tmp_path):
     assert _group_summary(model, ours) == _group_summary(model, theirs)
 
 
+def _overriding(base: type) -> type:
+    """A subclass of ``base`` choosing its own decay names and optimizer, as sentence-transformers' Trainer does
+    (an instance-method ``get_optimizer_cls_and_kwargs`` adding a loss module's weights)."""
+
+    class Overriding(base):
+        def get_decay_parameter_names(self, model):
+            return [name for name in super().get_decay_parameter_names(model) if ".h.0." not in name]
+
+        def get_optimizer_cls_and_kwargs(self, args, model=None):
+            return torch.optim.SGD, {"lr": 0.05, "momentum": 0.5}
+
+    return Overriding
+
+
+def test_create_optimizer_uses_a_subclass_overrides_as_transformers(tmp_path):
+    """``create_optimizer`` asks the Trainer's ``get_decay_parameter_names`` and ``get_optimizer_cls_and_kwargs``:
+    a subclass's overrides choose the groups and the class, in ``train()`` too."""
+    from hf_lightning import Trainer as OurTrainer
+    from hf_lightning import TrainingArguments as OurArguments
+
+    model = tiny_gpt2()
+    theirs = _overriding(Trainer)(
+        model=model, args=TrainingArguments(str(tmp_path / "t"), use_cpu=True, report_to="none", **HYPER)
+    ).create_optimizer()
+    ours_trainer = _overriding(OurTrainer)(
+        model=model, args=OurArguments(str(tmp_path / "o"), use_cpu=True, report_to="none", **HYPER)
+    )
+    ours = ours_trainer.create_optimizer()
+    assert type(ours) is type(theirs) is torch.optim.SGD
+    assert _group_summary(model, ours) == _group_summary(model, theirs)
+    assert "transformer.h.0.attn.c_attn.weight" in _group_summary(model, ours)[1]["params"]
+
+
 def _train_five_steps(model: nn.Module, optimizer: torch.optim.Optimizer) -> nn.Module:
     ids = torch.arange(24).reshape(2, 12) % 256
     model.eval()  # no dropout: both models see the same forward pass

@@ -40,6 +40,15 @@ def test_sentence_transformer_trainer_trains_as_on_transformers(tmp_path):
     )
 
 
+def test_a_loss_with_weights_trains_them_as_on_transformers(tmp_path):
+    """``SoftmaxLoss``'s classifier is trained, at its ``learning_rate_mapping`` rate, as on transformers: the
+    trainer's ``get_optimizer_cls_and_kwargs`` override hands the loss's weights to the optimizer."""
+    for backend in ("transformers", "hf_lightning"):
+        run_worker(WORKER, tmp_path, backend, ["st_softmax"])
+    ours = result(tmp_path, "hf_lightning", "st_softmax")
+    assert_same_run(result(tmp_path, "transformers", "st_softmax"), ours)
+
+
 @pytest.mark.slow
 def test_sentence_transformer_resume_and_best_model(tmp_path):
     """Resumed from checkpoint-3: as transformers' resumed run, and bit-identical to the whole run; the best

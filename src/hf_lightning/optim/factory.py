@@ -26,11 +26,24 @@ class OptimizerFactory:
     """The ``TrainingArguments`` the plan was built from."""
     optimizer_cls_and_kwargs: tuple[Any, dict[str, Any]] | None = None
     """The ``Trainer(optimizer_cls_and_kwargs=...)`` argument, replacing ``args.optim``'s class and kwargs."""
+    owner: Any = None
+    """The Trainer whose ``get_decay_parameter_names`` and ``get_optimizer_cls_and_kwargs`` choose the groups
+    and the class (a subclass's overrides apply, as in transformers' ``create_optimizer``); None: the rules
+    of ``args`` alone."""
 
     def __call__(self, model: nn.Module) -> torch.optim.Optimizer:
         from hf_lightning.optim.optimizers import create_optimizer
 
-        return create_optimizer(model, self.args, self.optimizer_cls_and_kwargs)
+        owner = self.owner
+        if owner is None:
+            return create_optimizer(model, self.args, self.optimizer_cls_and_kwargs)
+        return create_optimizer(
+            model,
+            self.args,
+            self.optimizer_cls_and_kwargs,
+            decay_parameter_names=owner.get_decay_parameter_names,
+            cls_and_kwargs=owner.get_optimizer_cls_and_kwargs,
+        )
 
     def __repr__(self) -> str:  # the arguments themselves are printed by the plan's other groups
         given = "optimizer_cls_and_kwargs" if self.optimizer_cls_and_kwargs is not None else "args.optim"

@@ -15,6 +15,7 @@ import re
 import sys
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -210,6 +211,9 @@ def create_optimizer(
     model: nn.Module,
     args: Any,
     optimizer_cls_and_kwargs: tuple[Any, dict[str, Any]] | None = None,
+    *,
+    decay_parameter_names: Callable[[nn.Module], list[str]] = get_decay_parameter_names,
+    cls_and_kwargs: Callable[[Any, nn.Module], tuple[Any, dict[str, Any]]] | None = None,
 ) -> torch.optim.Optimizer:
     """The optimizer ``transformers.Trainer.create_optimizer`` builds, over ``model``'s trainable parameters.
 
@@ -218,8 +222,10 @@ def create_optimizer(
     from ``args.optim``; a ``params`` entry in its kwargs replaces the groups (as do ``model`` for
     LOMO and ``optimizer_dict`` for the layer-wise optimizers), and a first element
     that is not an Optimizer class is treated as a factory: ``factory()(model, **kwargs)``.
+    ``decay_parameter_names`` and ``cls_and_kwargs`` replace :func:`get_decay_parameter_names` and
+    :func:`get_optimizer_cls_and_kwargs` (the Trainer passes its own methods: a subclass's overrides apply).
     """
-    decay = set(get_decay_parameter_names(model))
+    decay = set(decay_parameter_names(model))
     named = list(model.named_parameters())
     groups = [
         {
@@ -231,7 +237,7 @@ def create_optimizer(
     if optimizer_cls_and_kwargs is not None:
         optimizer_cls, optimizer_kwargs = optimizer_cls_and_kwargs
     else:
-        optimizer_cls, optimizer_kwargs = get_optimizer_cls_and_kwargs(args, model)
+        optimizer_cls, optimizer_kwargs = (cls_and_kwargs or get_optimizer_cls_and_kwargs)(args, model)
     optimizer_kwargs = dict(optimizer_kwargs)
     if not _is_optimizer_class(optimizer_cls):
         return optimizer_cls()(model, **optimizer_kwargs)

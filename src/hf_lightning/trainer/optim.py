@@ -53,7 +53,9 @@ class OptimizerSetup:
             target = model if model is not None else t.model
             # a DeepSpeed `optimizer` section, as DeepSpeed builds it; else the plan's rule (args.optim)
             section = ENGINE.section_optimizer(trainer_deepspeed_settings(t.args), target)
-            t.optimizer = section or _optim.OptimizerFactory(t.args, t.optimizer_cls_and_kwargs)(target)
+            t.optimizer = section or _optim.OptimizerFactory(t.args, t.optimizer_cls_and_kwargs, owner=t)(
+                target
+            )
             self.created_optimizer = True
         return t.optimizer
 
