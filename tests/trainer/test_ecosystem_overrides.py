@@ -233,3 +233,46 @@ def test_train_with_an_unknown_keyword_raises_pythons_type_error_as_transformers
             lib.Trainer(RegressionModel(), args, train_dataset=regression_data(8)).train(model_path="x")
         messages.append(str(info.value))
     assert messages[0] == messages[1] == "Trainer.train() got an unexpected keyword argument 'model_path'"
+
+
+def test_overriding_a_step_of_transformers_own_loop_warns_that_it_has_no_effect():
+    """A subclass overriding a method only transformers' own loop calls is told, at its ``class`` statement,
+    that the override never runs here; overrides the loop does call (``training_step``) are not warned of."""
+    with pytest.warns(UserWarning) as caught:
+
+        class Custom(Trainer):
+            def _save_rng_state(self, output_dir):
+                raise AssertionError("never called")
+
+            def get_batch_samples(self, epoch_iterator, num_batches, device):
+                return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+            def training_step(self, model, inputs, num_items_in_batch=None):
+                return super().training_step(model, inputs, num_items_in_batch)
+
+    messages = [str(w.message) for w in caught if "has no effect" in str(w.message)]
+    assert [m.split(" ")[0] for m in messages] == [
+        f"{Custom.__qualname__}._save_rng_state",
+        f"{Custom.__qualname__}.get_batch_samples",
+    ]
+    assert all(w.filename == __file__ for w in caught if "has no effect" in str(w.message))
+    assert "docs/subclassing.md" in messages[0]
+
+
+def test_train_builds_the_optimizer_through_create_optimizer_and_scheduler(tmp_path):
+    """The method the Trainer documentation says to override for a custom optimizer is the one ``train()``
+    calls (docs/divergences.md: transformers 5.24's loop calls ``create_optimizer`` directly)."""
+
+    class OwnOptimizer(Trainer):
+        def create_optimizer_and_scheduler(self, num_training_steps):
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.5)
+            self.create_scheduler(num_training_steps, self.optimizer)
+
+    trainer = OwnOptimizer(
+        RegressionModel(), _args(tmp_path, learning_rate=1e-3), train_dataset=regression_data(32)
+    )
+    trainer.train()
+    assert type(
+        trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    ) is (torch.optim.SGD)
+    assert trainer.state.log_history[-1]["train_loss"] > 0

@@ -14,7 +14,21 @@ from hf_lightning.args.trainer_checks import check_output_dir, check_sharding_ar
 from hf_lightning.loss import LabelSmoother
 from hf_lightning.trainer_utils import has_length
 
-__all__ = ["build_label_smoother", "check_trainer_arguments"]
+__all__ = ["build_label_smoother", "check_trainer_arguments", "warn_overrides_not_called"]
+
+# transformers.Trainer's methods that only its own training loop calls: Lightning runs the loop here, so
+# an override of one of them would never run (docs/subclassing.md, "Underscore methods ...")
+LOOP_INTERNALS = frozenset(
+    {
+        "_build_accelerator_args", "_clip_grad_norm", "_defer_fsdp_gradient_reduction", "_finalize_training",
+        "_get_grad_norm", "_get_num_items_in_batch", "_has_mixed_mesh_grads", "_init_training_state",
+        "_issue_warnings_after_load", "_load_scaler", "_mixed_mesh_grad_norm", "_move_model_to_device",
+        "_prepare_context_parallel_inputs", "_prepare_for_training", "_run_epoch",
+        "_save_optimizer_and_scheduler", "_save_rng_state", "_save_scaler",
+        "_sync_replicated_trainable_parameters", "_track_num_input_tokens", "_update_auto_batch_size",
+        "_validate_args", "_wrap_model", "get_batch_samples", "get_cp_size", "get_sp_size",
+    }
+)  # fmt: skip
 
 
 def check_trainer_arguments(trainer: Any) -> None:
@@ -61,6 +75,19 @@ def check_trainer_arguments(trainer: Any) -> None:
             "training loop and to configure the learning rate scheduler."
         )
     check_output_dir(args)
+
+
+def warn_overrides_not_called(cls: type) -> None:
+    """Warn, when a Trainer subclass is defined, about each method it overrides that only transformers' own
+    training loop calls: the override would have no effect here."""
+    for name in sorted(LOOP_INTERNALS & set(vars(cls))):
+        warnings.warn(
+            f"{cls.__qualname__}.{name} overrides a method that only transformers' own training loop calls; "
+            "hf_lightning runs the loop with Lightning and never calls it, so this override has no effect "
+            "(see docs/subclassing.md, 'Underscore methods a subclass overrides or calls').",
+            UserWarning,
+            stacklevel=3,  # the class statement
+        )
 
 
 def build_label_smoother(settings: Any, model: Any) -> LabelSmoother | None:

@@ -60,7 +60,11 @@ from hf_lightning.trainer.eval_loop import EvaluationLoop
 from hf_lightning.trainer.evaluation import Evaluator
 from hf_lightning.trainer.hpsearch import SearchRunner
 from hf_lightning.trainer.hub import HubPublisher
-from hf_lightning.trainer.init_checks import build_label_smoother, check_trainer_arguments
+from hf_lightning.trainer.init_checks import (
+    build_label_smoother,
+    check_trainer_arguments,
+    warn_overrides_not_called,
+)
 from hf_lightning.trainer.optim import OptimizerSetup
 from hf_lightning.trainer.run import RUN_ATTRIBUTES, TrainingRun
 from hf_lightning.trainer.steps import BatchSteps
@@ -109,6 +113,7 @@ class Trainer:
         """A subclass's own ``__init__`` records its call too (a search trial rebuilds the subclass from it)."""
         super().__init_subclass__(**kwargs)
         _inputs.record_subclass_inputs(cls)
+        warn_overrides_not_called(cls)
 
     @_inputs.records_inputs  # sets self._constructor_inputs
     def __init__(
