@@ -45,3 +45,15 @@ def test_rotation_deletes_what_transformers_deletes(tmp_path, times, caplog, mon
     assert _left(tmp_path / "ours") == _left(tmp_path / "theirs")
     warned = MTIME_WARNING in caplog.text
     assert warned == (max(times.values()) - min(times.values()) < 1.0)
+
+
+def test_the_unreliable_mtime_warning_comes_before_the_count_as_in_transformers(tmp_path, caplog, monkeypatch):
+    """transformers orders the folders (and warns) before it counts them: two checkpoints written within a second
+    under ``save_total_limit=2`` delete nothing and still warn, once per process."""
+    monkeypatch.setattr(folders, "_MTIME_WARNED", [])
+    _make(tmp_path, {2: 1000.0, 4: 1000.3})
+    with caplog.at_level(logging.WARNING):
+        assert folders.rotate_checkpoints(tmp_path, 2) == []
+        assert folders.rotate_checkpoints(tmp_path, 2) == []
+    assert caplog.text.count(MTIME_WARNING) == 1
+    assert _left(tmp_path) == ["checkpoint-2", "checkpoint-4"]

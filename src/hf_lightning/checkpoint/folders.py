@@ -252,9 +252,10 @@ def rotate_checkpoints(
         if save_total_limit != 1 or best_model_checkpoint is None:
             return []
         return _final_prune(checkpoints, best_model_checkpoint)
+    if len(checkpoints) > 1:  # ordered (and the unreliable-mtime warning given) before the count, as transformers
+        checkpoints = _write_order(checkpoints)
     if len(checkpoints) <= save_total_limit:
         return []
-    checkpoints = _write_order(checkpoints)
     protected = [checkpoints[-1]]
     if best_model_checkpoint is not None and not _same_path(best_model_checkpoint, checkpoints[-1]):
         protected.append(best_model_checkpoint)
