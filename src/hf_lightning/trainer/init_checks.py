@@ -16,8 +16,10 @@ from hf_lightning.trainer_utils import has_length
 
 __all__ = ["build_label_smoother", "check_trainer_arguments", "warn_overrides_not_called"]
 
-# transformers.Trainer's methods that only its own training loop calls: Lightning runs the loop here, so
-# an override of one of them would never run (docs/subclassing.md, "Underscore methods ...")
+# transformers.Trainer's methods that only its own training loop calls (and Seq2SeqTrainer's
+# _pad_tensors_to_max_len, which its per-batch prediction_step calls: here the evaluation loop pads once,
+# docs/divergences.md #3): Lightning runs the loop, so an override of one would never run
+# (docs/subclassing.md, "Underscore methods ...")
 LOOP_INTERNALS = frozenset(
     {
         "_build_accelerator_args", "_clip_grad_norm", "_defer_fsdp_gradient_reduction", "_finalize_training",
@@ -27,6 +29,7 @@ LOOP_INTERNALS = frozenset(
         "_save_optimizer_and_scheduler", "_save_rng_state", "_save_scaler",
         "_sync_replicated_trainable_parameters", "_track_num_input_tokens", "_update_auto_batch_size",
         "_validate_args", "_wrap_model", "get_batch_samples", "get_cp_size", "get_sp_size",
+        "_pad_tensors_to_max_len",
     }
 )  # fmt: skip
 
@@ -80,9 +83,11 @@ def check_trainer_arguments(trainer: Any) -> None:
 def warn_overrides_not_called(cls: type) -> None:
     """Warn, when a Trainer subclass is defined, about each method it overrides that only transformers' own
     training loop calls: the override would have no effect here."""
+    if cls.__module__.startswith("hf_lightning."):  # Seq2SeqTrainer's own _pad_tensors_to_max_len
+        return
     for name in sorted(LOOP_INTERNALS & set(vars(cls))):
         warnings.warn(
-            f"{cls.__qualname__}.{name} overrides a method that only transformers' own training loop calls; "
+            f"{cls.__qualname__}.{name} overrides a method that only transformers' own loops call; "
             "hf_lightning runs the loop with Lightning and never calls it, so this override has no effect "
             "(see docs/subclassing.md, 'Underscore methods a subclass overrides or calls').",
             UserWarning,
