@@ -47,7 +47,9 @@ def test_rotation_deletes_what_transformers_deletes(tmp_path, times, caplog, mon
     assert warned == (max(times.values()) - min(times.values()) < 1.0)
 
 
-def test_the_unreliable_mtime_warning_comes_before_the_count_as_in_transformers(tmp_path, caplog, monkeypatch):
+def test_the_unreliable_mtime_warning_comes_before_the_count_as_in_transformers(
+    tmp_path, caplog, monkeypatch
+):
     """transformers orders the folders (and warns) before it counts them: two checkpoints written within a second
     under ``save_total_limit=2`` delete nothing and still warn, once per process."""
     monkeypatch.setattr(folders, "_MTIME_WARNED", [])

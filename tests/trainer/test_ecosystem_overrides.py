@@ -276,3 +276,19 @@ def test_train_builds_the_optimizer_through_create_optimizer_and_scheduler(tmp_p
         trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
     ) is (torch.optim.SGD)
     assert trainer.state.log_history[-1]["train_loss"] > 0
+
+
+def test_an_unknown_constructor_keyword_raises_pythons_type_error_with_the_same_traceback(tmp_path):
+    """``Trainer(bogus=1)``: Python's own TypeError, its traceback as long as transformers' (no frame of ours)."""
+    import traceback
+
+    import transformers
+
+    seen = []
+    for lib in (transformers, __import__("hf_lightning")):
+        with pytest.raises(TypeError) as info:
+            lib.Trainer(model=None, args=None, bogus=1)
+        frames = traceback.extract_tb(info.value.__traceback__)
+        seen.append((str(info.value), [frame.name for frame in frames]))
+    assert seen[0] == seen[1]
+    assert seen[1][0] == "Trainer.__init__() got an unexpected keyword argument 'bogus'"

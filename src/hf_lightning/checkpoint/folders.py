@@ -252,7 +252,8 @@ def rotate_checkpoints(
         if save_total_limit != 1 or best_model_checkpoint is None:
             return []
         return _final_prune(checkpoints, best_model_checkpoint)
-    if len(checkpoints) > 1:  # ordered (and the unreliable-mtime warning given) before the count, as transformers
+    # ordered (and the unreliable-mtime warning given) before the count, as transformers
+    if len(checkpoints) > 1:
         checkpoints = _write_order(checkpoints)
     if len(checkpoints) <= save_total_limit:
         return []

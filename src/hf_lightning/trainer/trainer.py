@@ -103,19 +103,20 @@ class Trainer:
     loss_is_scaled_for_ga: bool | None = None
     """Whether ``compute_loss`` already scales for gradient accumulation (None: decided from the model);
     a class attribute, as in transformers, so a subclass (TRL's) sets it in its body."""
-    _constructor_inputs: _inputs.ConstructorInputs
-    """The outermost constructor call (``utils/constructor_inputs.py``); a search trial builds anew from it."""
+    _constructor_inputs: _inputs.ConstructorInputs  # the outermost constructor call, recorded by __new__
     jit_kill_wait: float = 3.0
     """Seconds between SIGTERM and the JIT checkpoint request (transformers' ``kill_wait``); counted in the
     grace period the log reports."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass's own ``__init__`` records its call too (a search trial rebuilds the subclass from it)."""
         super().__init_subclass__(**kwargs)
-        _inputs.record_subclass_inputs(cls)
         warn_overrides_not_called(cls)
 
-    @_inputs.records_inputs  # sets self._constructor_inputs
+    def __new__(cls, *args: Any, **kwargs: Any) -> Trainer:  # a search trial rebuilds the class from the call
+        trainer = super().__new__(cls)
+        _inputs.record_inputs(trainer, args, kwargs)
+        return trainer
+
     def __init__(
         self,
         model: nn.Module | None = None,

@@ -1,8 +1,8 @@
 """What a ``Trainer`` is constructed from: the recorded constructor call, and ``model_init``.
 
-``Trainer.__init__``, and the ``__init__`` of each subclass, record the arguments of the outermost
-constructor call, bound to that ``__init__``'s signature. A subclass that calls ``super().__init__(...)``
-records what the subclass received, not what it passed on, so the same class can be built again::
+``Trainer.__new__`` records the arguments of the outermost constructor call, bound to the signature of the
+``__init__`` of the class being built. A subclass that calls ``super().__init__(...)`` records what the
+subclass received, not what it passed on, so the same class can be built again::
 
     trainer = MyTrainer(model_init=init, args=args, extra=3)
     trainer._constructor_inputs.build(args=trial_args)   # MyTrainer(model_init=init, args=trial_args, extra=3)
@@ -14,20 +14,17 @@ built this way, as transformers' search reruns ``model_init`` for each trial, in
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
+import weakref
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, cast
+from typing import Any, cast
 
 from torch import nn
 
-__all__ = ["ConstructorInputs", "call_model_init", "record_subclass_inputs", "records_inputs"]
-
-P = ParamSpec("P")
+__all__ = ["ConstructorInputs", "call_model_init", "record_inputs"]
 
 ATTRIBUTE = "_constructor_inputs"
 """The instance attribute holding the recorded ``ConstructorInputs``."""
-_MARK = "__records_constructor_inputs__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,34 +65,23 @@ class ConstructorInputs:
         return next((name for name, kind in kinds if kind is inspect.Parameter.VAR_KEYWORD), None)
 
 
-def records_inputs(init: Callable[Concatenate[Any, P], None]) -> Callable[Concatenate[Any, P], None]:
-    """``init``, recording its call's arguments on the instance unless an outer ``__init__`` already did."""
-    if getattr(init, _MARK, False):
-        return init
-    full = inspect.signature(init)
-    signature = full.replace(parameters=list(full.parameters.values())[1:])
-
-    @functools.wraps(init)
-    def recording_init(self: Any, *args: P.args, **kwargs: P.kwargs) -> None:
-        if ATTRIBUTE not in vars(self):
-            try:
-                bound = signature.bind(*args, **kwargs)
-            except TypeError:  # the call itself fails below, with Python's own message
-                bound = None
-            if bound is not None:
-                inputs = ConstructorInputs(type(self), signature, dict(bound.arguments))
-                vars(self)[ATTRIBUTE] = inputs
-        init(self, *args, **kwargs)
-
-    setattr(recording_init, _MARK, True)
-    return recording_init
+def record_inputs(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """From ``Trainer.__new__``: the outermost constructor call's arguments, bound to the ``__init__`` of the
+    class being built. Arguments that do not bind are not recorded: ``__init__`` then raises Python's own
+    ``TypeError``, with no frame of this module in the traceback (as transformers' Trainer)."""
+    cls = type(instance)
+    signature = _SIGNATURES.get(cls)
+    if signature is None:
+        full = inspect.signature(cls.__init__)
+        signature = _SIGNATURES[cls] = full.replace(parameters=list(full.parameters.values())[1:])
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return
+    vars(instance)[ATTRIBUTE] = ConstructorInputs(cls, signature, dict(bound.arguments))
 
 
-def record_subclass_inputs(cls: type) -> None:
-    """From ``Trainer.__init_subclass__``: the subclass's own ``__init__`` (when it has one) records its call."""
-    init = cls.__dict__.get("__init__")
-    if callable(init):
-        cls.__init__ = records_inputs(init)  # type: ignore[misc]  # wrapped in place, signature kept
+_SIGNATURES: weakref.WeakKeyDictionary[type, inspect.Signature] = weakref.WeakKeyDictionary()
 
 
 def call_model_init(model_init: Callable[..., nn.Module] | None, trial: Any = None) -> nn.Module:
