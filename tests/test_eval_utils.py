@@ -117,8 +117,11 @@ def test_shard_sampler_drop_last_keeps_complete_rounds():
         [(np.zeros((1, 2)), {"x": np.ones((1, 1, 2))}), (np.ones((2, 3)), {"x": np.ones((2, 2, 2))})],
         [torch.zeros(2, 3, dtype=torch.long), torch.ones(1, 4, dtype=torch.long)],
         [(np.zeros((3, 2)), (np.zeros(1),) * 3), (np.ones((2, 2)), (np.ones(1),) * 2)],
+        [np.array(1.5)],
+        [(np.array(0.25), np.zeros((2, 3)))],
+        [torch.tensor(0.5)],
     ],
-    ids=["ragged", "1d", "scalars", "nested", "torch", "list-per-sample"],
+    ids=["ragged", "1d", "scalars", "nested", "torch", "list-per-sample", "one-scalar", "one-nested", "one-torch"],
 )
 def test_concat_batches_equals_concatenating_one_by_one(batches):
     """Concatenating all batches at once (even consuming the list) equals transformers' batch-by-batch way."""
@@ -131,6 +134,7 @@ def test_concat_batches_equals_concatenating_one_by_one(batches):
     for want, got in zip(flat_expected, flat_result):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert np.asarray(got).dtype == np.asarray(want).dtype
+        assert np.shape(got) == np.shape(want)  # a lone 0-d batch stays 0-d, as transformers keeps it
 
 
 def _leaves(value):

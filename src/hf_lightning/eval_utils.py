@@ -171,6 +171,11 @@ def _is_array(value: Any) -> bool:
 
 
 def _pad_and_stack(batches: list[Any], padding_index: int, consume: bool) -> Any:
+    if len(batches) == 1:  # a lone batch is kept as it is (a 0-d loss stays 0-d), as transformers keeps it
+        only = batches[0]
+        if consume:
+            batches[0] = None
+        return only
     shapes = [(1,) if b.ndim == 0 else tuple(b.shape) for b in batches]
     rows = sum(shape[0] for shape in shapes)
     ragged = len(shapes[0]) > 1 and len({shape[1] for shape in shapes}) > 1

@@ -397,6 +397,38 @@ def test_outputs_that_are_not_batch_first_keep_every_row(tmp_path):
     np.testing.assert_allclose(ours[0], theirs[0], rtol=1e-6)
 
 
+class ScalarAuxOutput(PerSampleOutputs):
+    """A scalar output beside the logits, as a MoE model's ``aux_loss`` with ``output_router_logits=True``."""
+
+    def forward(self, x, labels=None):
+        outputs = super().forward(x, labels)
+        return {
+            "loss": outputs["loss"],
+            "aux_loss": outputs["logits"].square().mean(),
+            "logits": outputs["logits"],
+        }
+
+
+@pytest.mark.parametrize("samples", [3, 5], ids=["one-batch", "two-batches"])
+def test_a_scalar_output_has_transformers_shape(tmp_path, samples):
+    """One evaluation batch: the scalar stays 0-d (transformers keeps a lone batch as it is); several: one
+    value per batch."""
+    data = [
+        {"x": torch.randn(4, generator=torch.Generator().manual_seed(i)), "labels": i % 2}
+        for i in range(samples)
+    ]
+    found = []
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(str(tmp_path / lib.__name__), per_device_eval_batch_size=3, report_to="none",
+                                     use_cpu=True, disable_tqdm=True)  # fmt: skip
+        found.append(lib.Trainer(model=ScalarAuxOutput(), args=args).predict(data).predictions)
+    theirs, ours = found
+    assert [np.shape(p) for p in ours] == [np.shape(p) for p in theirs]
+    assert np.shape(ours[0]) == (() if samples == 3 else (2,))
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 @pytest.mark.parametrize("scheduler", [None, "reduce_lr_on_plateau"])
 def test_a_missing_metric_for_best_model_raises_transformers_key_error(tmp_path, scheduler):
     """Training with a metric_for_best_model evaluation does not return: the same KeyError, the same words,
