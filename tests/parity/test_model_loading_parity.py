@@ -136,3 +136,44 @@ def test_transformers_resume_restarts_the_renamed_tensors(tmp_path, kind):
     resumed = _run(hf, kind, str(tmp_path / "resumed"), best=False, resume=True)
     expected = straight.model.state_dict()
     assert _equal_tensors(resumed.model, expected) < len(expected)
+
+
+def _tiny_marian():
+    from transformers import MarianConfig, MarianMTModel
+
+    torch.manual_seed(0)
+    config = MarianConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32,
+                          pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)  # fmt: skip
+    return MarianMTModel(config)
+
+
+def _marian_run(lib, out: str, *, best: bool = False, stop: int | None = None, resume=None):
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": torch.randint(2, 64, (8,), generator=g), "labels": torch.randint(2, 64, (6,), generator=g)}
+            for _ in range(16)]  # fmt: skip
+    args = lib.TrainingArguments(
+        output_dir=out, **{**BASE_ARGS, "save_strategy": "steps"}, per_device_train_batch_size=4,
+        learning_rate=5e-3, max_steps=4, save_steps=2, eval_strategy="steps", eval_steps=2,
+        load_best_model_at_end=best, logging_steps=1,
+    )  # fmt: skip
+    trainer = lib.Trainer(model=_tiny_marian(), args=args, train_dataset=data, eval_dataset=data[:4],
+                          callbacks=[StopAt(stop)] if stop else [])  # fmt: skip
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+def test_a_model_that_leaves_keys_out_of_its_checkpoints_resumes_and_loads_its_best(tmp_path):
+    """MarianMT's ``save_pretrained`` leaves out its sinusoidal position tables (``_keys_to_ignore_on_save``):
+    its checkpoints resume bit-identically and load as the best model, as transformers takes them (not refused
+    as missing keys); the losses equal transformers'."""
+    libs = _libs()
+    hf = _marian_run(libs["hf"], str(tmp_path / "hf"), best=True)
+    ours = _marian_run(libs["ours"], str(tmp_path / "ours"), best=True)
+    torch.testing.assert_close(_losses(ours), _losses(hf), rtol=1e-5, atol=1e-7)
+    assert ours.state.best_model_checkpoint.endswith(os.path.basename(hf.state.best_model_checkpoint))
+    straight = _marian_run(libs["ours"], str(tmp_path / "straight"))
+    _marian_run(libs["ours"], str(tmp_path / "resumed"), stop=2)
+    resumed = _marian_run(libs["ours"], str(tmp_path / "resumed"), resume=True)
+    expected = straight.model.state_dict()
+    assert _equal_tensors(resumed.model, expected) == len(expected)

@@ -148,11 +148,21 @@ def _locate_weights(
     )
 
 
+def _not_saved(model: nn.Module) -> set[str]:
+    """The keys the model's ``save_pretrained`` leaves out (``_keys_to_ignore_on_save``: Marian's sinusoidal
+    position tables, rebuilt by the model): not missing from a checkpoint, as transformers' resume takes them."""
+    return set(getattr(model, "_keys_to_ignore_on_save", None) or ())
+
+
 def _mismatch(model: nn.Module, loaded: set[str]) -> tuple[list[str], list[str]]:
-    """Missing and unexpected keys, where a key tied to a loaded key does not count as missing."""
+    """Missing and unexpected keys, where a key tied to a loaded key, or one the model never saves, does not
+    count as missing."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     expected = model.state_dict(keep_vars=True)
+    not_saved = _not_saved(model)
     for name, tensor in expected.items():
+        if name in not_saved and name not in loaded:
+            continue
         key = _alias_key(tensor)
         groups.setdefault(key if key is not None else ("solo", name), []).append(name)
     missing = []
@@ -214,7 +224,7 @@ def _load_into_sharded(model: nn.Module, folder: str, state: dict[str, torch.Ten
     params = dict(model.named_parameters(remove_duplicate=False))
     expected = set(model.state_dict())
     tied = {name for name, p in params.items() if any(q is p and o in state for o, q in params.items())}
-    missing = sorted(expected - set(state) - tied)
+    missing = sorted(expected - set(state) - tied - _not_saved(model))
     unexpected = sorted(set(state) - expected)
     if strict:
         _refuse_mismatch(model, folder, missing, unexpected)
