@@ -124,6 +124,10 @@ class Engine:
         EvalShardSampler = _load("evaluation").EvalShardSampler
         return EvalShardSampler
 
+    def eval_shard_rule(self, dataloader: Any) -> Any:
+        """The loader's rule for the real rows of each gathered round (None: not sharded)."""
+        return _load("evaluation").eval_shard_rule(dataloader)
+
     @property
     def EvalCollective(self) -> type[_evaluation.EvalCollective]:  # noqa: N802 - a class
         EvalCollective = _load("evaluation").EvalCollective

@@ -35,9 +35,11 @@ from hf_lightning.plan.groups import EvalSettings
 from hf_lightning.process_group import ensure_process_group
 
 __all__ = [
+    "AccelerateShardRule",
     "EvalCollective",
     "EvalEngine",
     "EvalShardSampler",
+    "eval_shard_rule",
 ]
 
 
@@ -79,16 +81,47 @@ class EvalShardSampler(BatchSampler):
         return max(0, min(round_size, self.num_samples - step * round_size))
 
 
+class AccelerateShardRule:
+    """The rows ``gather_for_metrics`` keeps of a loader accelerate's ``prepare`` sharded (one built on a
+    subclass's ``_get_eval_sampler``, ``accelerator_data.ShardedBatchSampler``): every round whole, the last
+    one cut to ``len(dataset) % (batch_size * world)`` when that is not 0."""
+
+    def __init__(self, dataset_length: int, batch_size: int, world_size: int, steps: int) -> None:
+        self.batch_size, self.steps = batch_size, steps
+        self.remainder = dataset_length % (batch_size * world_size)
+        self.round_size = batch_size * world_size
+
+    def real_rows(self, step: int) -> int:
+        return self.remainder if step == self.steps - 1 and self.remainder else self.round_size
+
+
+def eval_shard_rule(dataloader: Any) -> EvalShardSampler | AccelerateShardRule | None:
+    """What says which gathered rows of an evaluation loader's rounds are real: its ``EvalShardSampler``, the
+    accelerate rule of a loader accelerate sharded, or None (not sharded: each rank keeps its own)."""
+    from .accelerator_data import ShardedBatchSampler  # noqa: PLC0415
+
+    sampler = getattr(dataloader, "batch_sampler", None)
+    if isinstance(sampler, EvalShardSampler):
+        return sampler
+    dataset: Any = getattr(dataloader, "dataset", None)
+    if isinstance(sampler, ShardedBatchSampler) and sampler.batch_size and hasattr(dataset, "__len__"):
+        return AccelerateShardRule(len(dataset), sampler.batch_size, sampler.num_processes, len(sampler))
+    return None
+
+
 class EvalCollective:
     """Pads, gathers and truncates one rank's evaluation outputs so every rank sees all of them in order.
 
-    ``sampler`` is the loader's `EvalShardSampler` (None when the loader was not sharded: then every
-    rank keeps its own outputs). ``use_gather_object`` gathers pickled objects instead of tensors
+    ``sampler`` is the loader's `EvalShardSampler` or `AccelerateShardRule` (:func:`eval_shard_rule`; None when
+    the loader was not sharded: then every rank keeps its own outputs). ``use_gather_object`` gathers pickled objects instead of tensors
     (``eval_use_gather_object``); non-tensor outputs are always gathered that way.
     """
 
     def __init__(
-        self, world_size: int, sampler: EvalShardSampler | None, use_gather_object: bool = False
+        self,
+        world_size: int,
+        sampler: EvalShardSampler | AccelerateShardRule | None,
+        use_gather_object: bool = False,
     ) -> None:
         self.world_size = world_size if sampler is not None else 1
         self.sampler = sampler
@@ -114,21 +147,24 @@ class EvalCollective:
         dist.all_reduce(size, op=dist.ReduceOp.MAX)
         return pad_to_length(data, int(size.item()), pad_index, dim=dim)
 
-    def gather(self, data: Any, step: int, entries_per_rank: int | None = None) -> Any:
+    def gather(self, data: Any, step: int) -> Any:
         """``data`` of all ranks, concatenated in rank order, without the repeated samples of round ``step``.
 
-        ``entries_per_rank``: each rank gives that many entries instead of one per row (transformers repeats
-        a batch's loss ``eval_batch_size`` times, more than a rank's rows under ``split_batches``); only the
-        last round is cut then, to its real rows, as accelerate's ``gather_for_metrics`` cuts it."""
+        As accelerate's ``gather_for_metrics``: a full round is kept whole, however many entries a rank gives
+        (transformers repeats a batch's loss once per row of its first input, which a preference batch holds
+        twice; ``eval_batch_size`` times under ``split_batches``); only a partial last round is cut, to its
+        real samples."""
         if not self.active:
             return data
         sampler = cast(EvalShardSampler, self.sampler)  # active implies a sampler
-        keep = sampler.real_rows(step)
-        if entries_per_rank is not None and keep == sampler.batch_size * self.world_size:
-            keep = entries_per_rank * self.world_size  # a full round: every entry is real
+        keep: int | None = sampler.real_rows(step)
+        if keep == sampler.batch_size * self.world_size:
+            keep = None
         if self.use_gather_object or not _all_tensors(data):
-            return self._gather_objects(data)[:keep]  # one flat list, an entry per sample
-        return nested_truncate(self._gather_tensors(data), keep)
+            gathered = self._gather_objects(data)  # one flat list, an entry per sample
+            return gathered if keep is None else gathered[:keep]
+        gathered = self._gather_tensors(data)
+        return gathered if keep is None else nested_truncate(gathered, keep)
 
     def _gather_tensors(self, data: Any) -> Any:
         if isinstance(data, (list, tuple)):

@@ -171,9 +171,11 @@ class EvaluationLoop:
         """Pad, preprocess, gather and (when ``keep``) accumulate one batch's outputs."""
         collective, (losses, logits, labels) = run.collective, outputs
         if losses is not None:
-            repeat = self.trainer.args.eval_batch_size if self.trainer.accelerator.split_batches else None
-            # one loss per sample; under split_batches eval_batch_size copies of each rank's, as transformers
-            losses = collective.gather(losses.repeat(repeat or batch_size), step, repeat)
+            # gathered from several processes: eval_batch_size copies of each rank's, as transformers (also
+            # when a batch holds more rows than samples: a preference pair's two); one process: one per row
+            gathers = self.trainer.accelerator.split_batches or collective.active
+            repeat = self.trainer.args.eval_batch_size if gathers else None
+            losses = collective.gather(losses.repeat(repeat or batch_size), step)
             run.losses.add(losses)
         if "inputs" in self.trainer.plan.evaluation.include_for_metrics:
             decoded = collective.gather(collective.pad_across_processes(self._eval_main_input(inputs)), step)
@@ -298,8 +300,7 @@ class EvaluationLoop:
 
     def _eval_collective(self, engine: Any, dataloader: Any) -> Any:
         world_size, _ = engine.world()
-        sampler = getattr(dataloader, "batch_sampler", None)
-        sampler = sampler if isinstance(sampler, ENGINE.EvalShardSampler) else None
+        sampler = ENGINE.eval_shard_rule(dataloader)  # ours, or accelerate's for a subclass's sampler
         if world_size > 1 and sampler is None:
             logger.warning(
                 "The evaluation dataloader is not sharded by hf_lightning (an IterableDataset or a "
