@@ -179,3 +179,19 @@ class ParallelMode(Enum):
     SAGEMAKER_MODEL_PARALLEL = "sagemaker_model_parallel"
     SAGEMAKER_DATA_PARALLEL = "sagemaker_data_parallel"
     TPU = "tpu"
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to transformers' member of the same value too: its code (``nested_gather``, which TRL calls)
+        compares ``args.parallel_mode`` with its own ``ParallelMode.DISTRIBUTED``."""
+        if self is other:
+            return True
+        kind = type(other)
+        if (
+            isinstance(other, Enum)
+            and kind.__name__ == "ParallelMode"
+            and kind.__module__.startswith("transformers.")
+        ):
+            return bool(self.value == other.value)
+        return NotImplemented if not isinstance(other, Enum) else False
+
+    __hash__ = Enum.__hash__  # by name, as transformers' members: equal members hash alike
