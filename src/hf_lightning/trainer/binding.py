@@ -38,6 +38,8 @@ BOUND_NAMES: tuple[tuple[str, str, str], ...] = (
     ("transformers.training_args", "TrainingArguments", "hf_lightning.args.training_args"),
     ("transformers.trainer_seq2seq", "Seq2SeqTrainer", "hf_lightning.trainer.seq2seq"),
     ("transformers.training_args_seq2seq", "Seq2SeqTrainingArguments", "hf_lightning.args.seq2seq"),
+    # TRL's CallbackHandlerWithRefModel subclasses it: ours knows hf_lightning's DefaultFlowCallback
+    ("transformers.trainer_callback", "CallbackHandler", "hf_lightning.callbacks.handler"),
 )
 
 _MISSING = object()
