@@ -8,6 +8,7 @@ run's length; this module turns the arguments into a ``lightning.Trainer`` throu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import warnings
@@ -23,6 +24,7 @@ from hf_lightning.process_group import close_process_group_at_exit
 from .allocator import retain_freed_memory
 from .module import HFModule
 from .plan import to_lightning
+from .strategy import build_strategy
 from .windows import AccumulationWindows
 
 __all__ = ["FitRequest", "run_fit"]
@@ -112,6 +114,23 @@ def _sharding(plan: Any) -> dict[str, Any]:
     return {"deepspeed": distributed.deepspeed} if distributed.deepspeed is not None else {}
 
 
+def _ddp_strategy(plan: Any, model: torch.nn.Module, find_unused_given: bool | None) -> Any:
+    """The plan's strategy; under DDP with ``ddp_find_unused_parameters`` unset, transformers' rule, which needs the
+    model: a model that is not a ``PreTrainedModel`` (a ``PeftModel``, a plain module) looks for unused parameters,
+    a ``PreTrainedModel`` unless activation checkpointing is on (in the arguments or on the model)."""
+    settings = plan.distributed
+    if find_unused_given is not None or not settings.uses_ddp or settings.fsdp is not None:
+        return plan.strategy
+    from hf_lightning.checkpoint.conversion import is_pretrained_model  # noqa: PLC0415
+
+    find_unused = not getattr(model, "is_activation_checkpointing", False) and settings.find_unused_parameters
+    if not is_pretrained_model(model):
+        find_unused = True
+    if find_unused == settings.find_unused_parameters:
+        return plan.strategy
+    return build_strategy(dataclasses.replace(settings, find_unused_parameters=find_unused))
+
+
 def run_fit(request: FitRequest) -> HFModule:
     """Fit the facade's model for the remaining steps; return the fitted module."""
     facade = request.trainer
@@ -126,7 +145,7 @@ def run_fit(request: FitRequest) -> HFModule:
     if plan.distributed.deepspeed is not None:  # the "auto" values that need the model and the run's length
         strategy = _deepspeed_strategy(plan, facade, request.max_steps)
     else:
-        strategy = plan.strategy
+        strategy = _ddp_strategy(plan, facade.model, facade.args.ddp_find_unused_parameters)
     kwargs = {**plan.trainer_settings, "strategy": strategy, "plugins": list(plan.plugins) or None}
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)
