@@ -292,3 +292,18 @@ def test_an_unknown_constructor_keyword_raises_pythons_type_error_with_the_same_
         seen.append((str(info.value), [frame.name for frame in frames]))
     assert seen[0] == seen[1]
     assert seen[1][0] == "Trainer.__init__() got an unexpected keyword argument 'bogus'"
+
+
+def test_an_eval_strategy_without_eval_dataset_raises_transformers_words(tmp_path):
+    import transformers
+
+    messages = []
+    for lib in (transformers, __import__("hf_lightning")):
+        args = lib.TrainingArguments(
+            str(tmp_path / lib.__name__), eval_strategy="epoch", report_to="none", use_cpu=True
+        )
+        with pytest.raises(ValueError) as info:
+            lib.Trainer(RegressionModel(), args)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "IntervalStrategy.EPOCH" in messages[1]

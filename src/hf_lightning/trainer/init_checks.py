@@ -49,9 +49,9 @@ def check_trainer_arguments(trainer: Any) -> None:
             )
     eval_strategy = schedule.eval_strategy
     if eval_strategy is not None and eval_strategy != "no" and eval_dataset is None:
-        raise ValueError(
-            f"You have set `args.eval_strategy` to {eval_strategy} but you didn't pass an `eval_dataset` to "
-            "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`."
+        raise ValueError(  # transformers' words, the enum as it prints, its trailing space
+            f"You have set `args.eval_strategy` to {args.eval_strategy} but you didn't pass an `eval_dataset` to "
+            "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. "
         )
     if (schedule.save_strategy == "best" or schedule.load_best_model_at_end) and (
         schedule.metric_for_best_model is None
