@@ -121,7 +121,17 @@ def test_shard_sampler_drop_last_keeps_complete_rounds():
         [(np.array(0.25), np.zeros((2, 3)))],
         [torch.tensor(0.5)],
     ],
-    ids=["ragged", "1d", "scalars", "nested", "torch", "list-per-sample", "one-scalar", "one-nested", "one-torch"],
+    ids=[
+        "ragged",
+        "1d",
+        "scalars",
+        "nested",
+        "torch",
+        "list-per-sample",
+        "one-scalar",
+        "one-nested",
+        "one-torch",
+    ],
 )
 def test_concat_batches_equals_concatenating_one_by_one(batches):
     """Concatenating all batches at once (even consuming the list) equals transformers' batch-by-batch way."""
