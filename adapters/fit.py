@@ -114,12 +114,12 @@ def _sharding(plan: Any) -> dict[str, Any]:
     return {"deepspeed": distributed.deepspeed} if distributed.deepspeed is not None else {}
 
 
-def _ddp_strategy(plan: Any, model: torch.nn.Module, find_unused_given: bool | None) -> Any:
+def _ddp_strategy(plan: Any, model: torch.nn.Module) -> Any:
     """The plan's strategy; under DDP with ``ddp_find_unused_parameters`` unset, transformers' rule, which needs the
     model: a model that is not a ``PreTrainedModel`` (a ``PeftModel``, a plain module) looks for unused parameters,
     a ``PreTrainedModel`` unless activation checkpointing is on (in the arguments or on the model)."""
     settings = plan.distributed
-    if find_unused_given is not None or not settings.uses_ddp or settings.fsdp is not None:
+    if settings.find_unused_parameters_given or not settings.uses_ddp or settings.fsdp is not None:
         return plan.strategy
     from hf_lightning.checkpoint.conversion import is_pretrained_model  # noqa: PLC0415
 
@@ -145,7 +145,7 @@ def run_fit(request: FitRequest) -> HFModule:
     if plan.distributed.deepspeed is not None:  # the "auto" values that need the model and the run's length
         strategy = _deepspeed_strategy(plan, facade, request.max_steps)
     else:
-        strategy = _ddp_strategy(plan, facade.model, facade.args.ddp_find_unused_parameters)
+        strategy = _ddp_strategy(plan, facade.model)
     kwargs = {**plan.trainer_settings, "strategy": strategy, "plugins": list(plan.plugins) or None}
     remaining = request.max_steps - request.initial_global_step
     kwargs["max_steps"] = max(remaining, 0)

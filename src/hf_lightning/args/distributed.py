@@ -46,10 +46,13 @@ class DistributedSettings:
     timeout_s: int
     """``ddp_timeout`` in seconds, for ``init_process_group``."""
     find_unused_parameters: bool
-    """``ddp_find_unused_parameters``; unset, transformers' rule: not with activation checkpointing."""
+    """``ddp_find_unused_parameters``; unset, transformers' rule: not with activation checkpointing (and, at the
+    fit, what the model asks: ``adapters/fit.py``)."""
     bucket_cap_mb: int | None = None
     broadcast_buffers: bool | None = None
     static_graph: bool | None = None
+    find_unused_parameters_given: bool = False
+    """Whether ``ddp_find_unused_parameters`` was set (else the fit applies transformers' rule for the model)."""
     cluster: str | None = None
     """``"torchelastic"`` when torchrun runs inside a SLURM allocation (Lightning would take SLURM's ranks);
     ``None``: Lightning detects the launcher (``SLURMEnvironment`` for ``srun``, torchrun's otherwise)."""
@@ -141,6 +144,7 @@ def distributed_settings(
         process_group_backend=backend,
         timeout_s=int(args.ddp_timeout),
         find_unused_parameters=bool(find_unused),
+        find_unused_parameters_given=args.ddp_find_unused_parameters is not None,
         bucket_cap_mb=args.ddp_bucket_cap_mb,
         broadcast_buffers=args.ddp_broadcast_buffers,
         static_graph=args.ddp_static_graph,
