@@ -128,3 +128,37 @@ def test_only_the_saving_process_announces_what_it_saves(tmp_path):
         ]
         assert len(saves) == (2 if rank == 0 else 0), (rank, saves)
     assert os.path.isfile(tmp_path / "out" / "checkpoint-2" / "tokenizer.json")
+
+
+IMPORT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import torch
+    torch.set_num_threads(1)
+    from {lib} import Trainer, TrainingArguments
+    from tests.tiny import causal_lm_data, tiny_gpt2
+
+    args = TrainingArguments(sys.argv[1], report_to="none", use_cpu=True, save_strategy="no")
+    print("deepspeed before:", "deepspeed" in sys.modules, flush=True)
+    Trainer(model=tiny_gpt2(), args=args, train_dataset=causal_lm_data(4))
+    print("deepspeed after:", "deepspeed" in sys.modules, flush=True)
+    """
+)
+
+
+def test_deepspeed_is_imported_at_construction_as_in_transformers(tmp_path):
+    """transformers' ``__init__`` imports DeepSpeed when it is installed (accelerate's ``unwrap_model``); its
+    import-time console line then comes at construction. Here too, never at the first save or not at all."""
+    outputs = {}
+    for lib in ("transformers", "hf_lightning"):
+        script = tmp_path / f"{lib}_import.py"
+        script.write_text(IMPORT_SCRIPT.format(lib=lib))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / lib)],
+            capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[lib] = [line for line in done.stdout.splitlines() if line.startswith("deepspeed ")]
+    assert outputs["hf_lightning"] == outputs["transformers"]
+    assert outputs["hf_lightning"][0] == "deepspeed before: False"

@@ -369,12 +369,13 @@ def main_process_first(args: TrainingArguments, local: bool = True, desc: str = 
         yield
         return
     is_main = (args.local_process_index if local else args.process_index) == 0
+    who = "main local process" if local else "main process"  # transformers' debug lines, word for word
     try:
         if not is_main:
-            logger.debug("%d: waiting for the main process to finish %s", args.process_index, desc)
+            logger.debug("%d: waiting for the %s to perform %s", args.process_index, who, desc)
             _torch().distributed.barrier()
         yield
     finally:
         if is_main:
-            logger.debug("%d: main process finished %s", args.process_index, desc)
+            logger.debug("%d: %s completed %s, releasing all replicas", args.process_index, who, desc)
             _torch().distributed.barrier()

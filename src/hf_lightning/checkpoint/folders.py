@@ -266,7 +266,6 @@ def rotate_checkpoints(
         if len(checkpoints) - len(deleted) <= keep:
             break
         if not any(_same_path(path, kept) for kept in protected):
-            logger.debug("Deleting older checkpoint `%s` (save_total_limit=%d).", path, save_total_limit)
             if not set_aside(path):  # hidden now, deleted once the newest checkpoint is durable
                 remove_folder(path)
             deleted.append(path)

@@ -190,7 +190,6 @@ class CheckpointPolicy:
             wait_for_durability()  # the pushed files are on disk (checkpoint/durability.py)
             t._push_from_checkpoint(folder)  # trainer.hub: in the background (docs/hub.md)
         self.last_save_seconds = seconds
-        logger.debug("Saved %s in %.2fs", folder, seconds)
 
     def wait_for_saves(self, world: int | None = None) -> None:
         """Wait for the background save in flight (``BackgroundCheckpointing``), raising its error; with

@@ -19,7 +19,9 @@ decides them:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import inspect
+import sys
 from typing import Any
 
 import torch
@@ -135,7 +137,20 @@ def init_model_attributes(trainer: Any, model: Any) -> dict[str, Any]:
             or flags["is_distributed_loading_by_transformers"]
         )
     flags["can_return_loss"] = can_return_loss(unwrap_peft(model))
+    _import_deepspeed_as_transformers()
     return flags
+
+
+def _import_deepspeed_as_transformers() -> None:
+    """Import DeepSpeed here when it is installed, as transformers' ``__init__`` does (accelerate's
+    ``unwrap_model`` asks for ``DeepSpeedEngine``): its import-time console line ("Setting accelerator to
+    CPU" on a machine without a GPU) then comes at construction, as with transformers, not at the first save."""
+    if "deepspeed" in sys.modules or importlib.util.find_spec("deepspeed") is None:
+        return
+    try:
+        import deepspeed  # noqa: F401, PLC0415
+    except Exception:  # a broken install fails where it is used, with its own error
+        return
 
 
 def check_parts(trainer: Any) -> None:
