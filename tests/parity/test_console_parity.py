@@ -52,7 +52,8 @@ SCRIPT = textwrap.dedent(
 _EXPLICIT = re.compile(r"^\[(INFO|WARNING|ERROR)\|[^\]]+\] \S+ \S+ >> (.*)$")
 # transformers' Trainer's own messages (the model's, e.g. "Configuration saved in", come from transformers in both)
 _TRAINER_LINES = ("*****", "  Num ", "  Total ", "  Instantaneous", "  Gradient", "  Number of", "  Batch size",
-                  "Saving model checkpoint", "Training completed", "PyTorch: setting up devices")  # fmt: skip
+                  "Saving model checkpoint", "Training completed", "PyTorch: setting up devices",
+                  "max_steps is given")  # fmt: skip
 
 
 def _run(lib: str, tmp_path: Path) -> tuple[list[str], str]:

@@ -6,6 +6,7 @@ import logging
 import re
 
 import pytest
+import torch
 
 from tests.tiny import causal_lm_data, tiny_gpt2
 
@@ -204,3 +205,30 @@ def test_setting_up_devices_is_logged_when_the_arguments_are_built(tmp_path, ver
         transformers_logging.set_verbosity(before)
         hf_logging.set_verbosity(logging.NOTSET)
     assert counts["hf_lightning"] == counts["transformers"] == (1 if verbose_before else 0)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Token rows streamed (no ``__len__``)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __iter__(self):
+        return iter(self.rows)
+
+
+def test_an_iterable_dataset_logs_transformers_sampling_note(tmp_path, caplog, both_verbose):
+    """A streamed train_dataset: transformers notes at construction that train_sampling_strategy is ignored."""
+    import transformers
+
+    import hf_lightning
+
+    found = {}
+    for lib in (transformers, hf_lightning):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            args = _args(lib, tmp_path / lib.__name__, max_steps=1, save_strategy="no")
+            lib.Trainer(model=tiny_gpt2(), args=args, train_dataset=_Stream(causal_lm_data(8, ragged=False)))
+        found[lib.__name__] = [r.getMessage() for r in caplog.records if "IterableDataset" in r.getMessage()]
+    assert len(found["transformers"]) == 1
+    assert found["hf_lightning"] == found["transformers"]

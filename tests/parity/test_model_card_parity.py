@@ -149,6 +149,21 @@ def test_results_table_matches(trained):
     )
 
 
+def _layout(card: ModelCard, first: str, last: str) -> list[str]:
+    """The lines from heading ``first`` to heading ``last``: table rows as ``|row|``, blank lines as ``""``."""
+    lines = card.text.splitlines()
+    start, end = lines.index(first), lines.index(last)
+    return ["|row|" if line.startswith("|") else line for line in lines[start : end + 1]]
+
+
+def test_results_table_is_laid_out_as_transformers(trained):
+    """The same blank lines around the results table, to the next heading, as transformers writes."""
+    layouts = [
+        _layout(_card(trained[name]), "### Training results", "### Framework versions") for name in LIBS
+    ]
+    assert layouts[1] == layouts[0]
+
+
 def _last_evaluation(card: ModelCard) -> dict[str, str]:
     """The ``- name: value`` lines above the first ``##`` heading."""
     lines = card.text.splitlines()

@@ -10,11 +10,16 @@ import inspect
 import warnings
 from typing import Any
 
+import torch
+
 from hf_lightning.args.trainer_checks import check_output_dir, check_sharding_arguments
 from hf_lightning.loss import LabelSmoother
 from hf_lightning.trainer_utils import has_length
+from hf_lightning.utils.logging import get_logger
 
 __all__ = ["build_label_smoother", "check_trainer_arguments", "warn_overrides_not_called"]
+
+logger = get_logger(__name__)
 
 # transformers.Trainer's methods that only its own training loop calls (and Seq2SeqTrainer's
 # _pad_tensors_to_max_len, which its per-batch prediction_step calls: here the evaluation loop pads once,
@@ -71,11 +76,21 @@ def check_trainer_arguments(trainer: Any) -> None:
         )
     given_optimizers = optimizer is not None or lr_scheduler is not None
     check_sharding_arguments(args, given_optimizers=given_optimizers)
+    length = trainer.plan.length
+    # transformers' notes come here, after the model is set up
+    if length.max_steps > 0 and length.num_train_epochs > 0:
+        logger.info("max_steps is given, it will override any value given in num_train_epochs")
     if trainer.train_dataset is not None and not has_length(trainer.train_dataset) and args.max_steps <= 0:
         raise ValueError(  # transformers' words; checked here, before output_dir is made, as there
             "The train_dataset does not implement __len__, so the number of training steps cannot be inferred; "
             "max_steps has to be specified. The total number of steps must be known in advance to bound the "
             "training loop and to configure the learning rate scheduler."
+        )
+    if isinstance(trainer.train_dataset, torch.utils.data.IterableDataset):
+        logger.info(  # transformers' words, for any strategy
+            f"The `train_sampling_strategy='{args.train_sampling_strategy}'` option is ignored when using an "
+            "`IterableDataset`. Samplers cannot be used with IterableDataset as they require indexed access to the "
+            "dataset."
         )
     check_output_dir(args)
 

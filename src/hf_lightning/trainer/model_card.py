@@ -170,7 +170,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
         return "".join(f"| {value.ljust(width)} " for value, width in zip(values, widths)) + "|"
 
     rule = "".join(f"|:{'-' * width}:" for width in widths) + "|"
-    return "\n".join([line(columns), rule, *(line(values) for values in cells)])
+    # each row ends its line, as transformers' table: two blank lines before the next heading
+    return "\n".join([line(columns), rule, *(line(values) for values in cells)]) + "\n"
 
 
 def _versions() -> list[tuple[str, str]]:

@@ -144,8 +144,6 @@ class Trainer:
         self._memory_tracker = TrainerMemoryTracker(runtime.skip_memory_metrics)
         self._memory_tracker.start()
         configure_trainer_logging(args)  # log_level / log_level_replica, as transformers' __init__
-        if plan.length.max_steps > 0 and plan.length.num_train_epochs > 0:
-            logger.info("max_steps is given, it will override any value given in num_train_epochs")
         ENGINE.check_supported(args)
         self.create_accelerator_and_postprocess()
         self.model_init = model_init
