@@ -184,3 +184,25 @@ def test_labels_that_cannot_be_counted_bring_no_warning_about_the_count(caplog):
     with caplog.at_level(logging.WARNING, logger="hf_lightning.loss_rule"):
         probe_loss_rule(Detector(), batch, accepts_loss_kwargs=True)
     assert "num_items_in_batch" not in caplog.text
+
+
+def test_a_model_that_raises_brings_no_warning_about_assumptions(caplog):
+    """A batch the model cannot take (a wrong key): the real forward raises right after the probe, so the probe
+    warns about nothing and keeps no answer; a model that raises only under the probe is assumed the second time."""
+    model = tiny_gpt2()
+
+    def wrong():
+        return {"inputs": torch.ones(2, 4, dtype=torch.long), "labels": torch.ones(2, 4, dtype=torch.long)}
+
+    batch = wrong()
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.loss_rule"):
+        first = probe_loss_rule(model, batch, accepts_loss_kwargs=True)
+        probe_loss_rule(
+            model, dict(batch), accepts_loss_kwargs=True
+        )  # the step asks again for the same batch
+    assert first.reduction == "unknown" and caplog.text == ""
+    assert cached_loss_rule(model) is None
+    with caplog.at_level(logging.WARNING, logger="hf_lightning.loss_rule"):  # a next batch: it trained on
+        again = probe_loss_rule(model, wrong(), accepts_loss_kwargs=True)
+    assert again == first and cached_loss_rule(model) == first
+    assert "could not tell" in caplog.text

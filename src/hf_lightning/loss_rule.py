@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -50,6 +50,9 @@ logger = get_logger(__name__)
 
 IGNORE_INDEX = -100
 _RULES: weakref.WeakKeyDictionary[nn.Module, LossRule] = weakref.WeakKeyDictionary()
+_RAISED: weakref.WeakKeyDictionary[nn.Module, int] = (
+    weakref.WeakKeyDictionary()
+)  # id of the labels it raised on
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class LossRule:
     reduction: str
     shift_labels: bool
     shift_known: bool = True
+    raised: bool = field(default=False, compare=False)  # the model raised on the probe's forward
 
     @property
     def passes_count(self) -> bool:
@@ -109,6 +113,7 @@ def cached_loss_rule(model: nn.Module) -> LossRule | None:
 def forget_loss_rule(model: nn.Module) -> None:
     """Drop the cached rule of ``model`` (a new probe runs at the next batch with labels)."""
     _RULES.pop(unwrap_model(model), None)
+    _RAISED.pop(unwrap_model(model), None)
 
 
 def probe_loss_rule(
@@ -132,6 +137,11 @@ def probe_loss_rule(
     declared = getattr(_base_model(key), "accepts_loss_kwargs", None) is True
     with _QuietProbe(model):
         rule = _probe(model, batch, accepts_loss_kwargs, registry, declared)
+    marker = id(batch.get("labels"))  # the same labels object in every copy of this batch
+    if rule.raised and _RAISED.setdefault(key, marker) == marker:
+        # the real forward raises it next: no warning about assumptions; a model that raises only under the
+        # probe is asked again at its next batch, then assumed
+        return rule
     labels = batch.get("labels")
     # labels that are not one tensor (DETR's list of dicts) give no count: the loss is divided by the steps
     counted = accepts_loss_kwargs and isinstance(labels, torch.Tensor)
@@ -182,8 +192,8 @@ def _probe(
                 return _counting_rule((first - second) * 2 * count, outputs, labels, registry)
         else:
             first, outputs = _loss(model, batch)
-    except _Unknown:
-        return LossRule("unknown", bool(registry), shift_known=registry is not None)
+    except _Unknown as unknown:
+        return LossRule("unknown", bool(registry), registry is not None, raised=unknown.__cause__ is not None)
     return _own_reduction(model, batch, first, outputs, registry)
 
 

@@ -357,3 +357,23 @@ def test_early_stopping_without_metric_or_evaluation_raises_what_transformers_ra
             trainer.train()
         steps[name] = trainer.state.global_step
     assert steps["ours"] == steps["theirs"] == 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(eval_strategy="steps"), dict(eval_strategy="no", metric_for_best_model="loss")],
+    ids=["no-metric", "no-evaluation"],
+)
+def test_early_stopping_setup_errors_start_with_transformers_words(overrides, tmp_path):
+    """Both raise AssertionError; ours begins with transformers' sentence and adds what to set."""
+    import transformers
+
+    import hf_lightning
+
+    messages = []
+    for lib in (transformers, hf_lightning):
+        args = lib.TrainingArguments(str(tmp_path), report_to="none", use_cpu=True, **overrides)
+        with pytest.raises(AssertionError) as raised:
+            lib.EarlyStoppingCallback().on_train_begin(args, lib.TrainerState(), lib.TrainerControl())
+        messages.append(str(raised.value))
+    assert messages[1].startswith(messages[0])

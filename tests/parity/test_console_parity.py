@@ -163,3 +163,40 @@ def test_deepspeed_is_imported_at_construction_as_in_transformers(tmp_path):
         outputs[lib] = [line for line in done.stdout.splitlines() if line.startswith("deepspeed ")]
     assert outputs["hf_lightning"] == outputs["transformers"]
     assert outputs["hf_lightning"][0] == "deepspeed before: False"
+
+
+DEPRECATION_SCRIPT = textwrap.dedent(
+    """
+    import warnings
+    from {lib} import Seq2SeqTrainingArguments, TrainingArguments
+
+    warnings.simplefilter("default")
+    TrainingArguments("out", gradient_checkpointing=True, report_to="none")
+    Seq2SeqTrainingArguments("out", gradient_checkpointing=True, report_to="none")
+    """
+)
+
+
+def test_the_gradient_checkpointing_deprecation_shows_once_as_in_transformers(tmp_path):
+    """transformers warns at a line of its own, so Python shows it once per process; so do we (it pointed at
+    the dataclass's generated ``__init__``, ``<string>``, once per argument class)."""
+    shown = {}
+    for lib in ("transformers", "hf_lightning"):
+        script = tmp_path / f"{lib}_deprecation.py"
+        script.write_text(DEPRECATION_SCRIPT.format(lib=lib))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(tmp_path),
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        shown[lib] = [
+            line for line in done.stderr.splitlines() if "FutureWarning: `gradient_checkpointing`" in line
+        ]
+    assert len(shown["transformers"]) == 1
+    assert len(shown["hf_lightning"]) == 1
+    assert not shown["hf_lightning"][0].startswith("<string>")

@@ -180,3 +180,16 @@ def test_whole_batches_are_dealt_as_accelerate_deals_them(size: int, world: int,
         ours.set_epoch(1)
         theirs = [i for b in BatchSamplerShard(BatchSampler(order, 2, drop_last), world, rank) for i in b]
         assert list(ours) == theirs and len(ours) == len(theirs)
+
+
+def test_lengths_of_items_without_input_ids_raise_transformers_words() -> None:
+    """Dict items without ``input_ids``: both raise ValueError; ours starts with transformers' sentence."""
+    from hf_lightning.data.collators import compute_lengths
+
+    dataset = [{"x": [1, 2]}, {"x": [3]}]
+    with pytest.raises(ValueError) as theirs:
+        HFLengthGroupedSampler(2, dataset=dataset)
+    with pytest.raises(ValueError) as ours:
+        compute_lengths(dataset)
+    assert str(ours.value).startswith(str(theirs.value).rstrip("."))
+    assert "['x']" in str(ours.value)

@@ -169,8 +169,8 @@ def _resolve_checkpointing_aliases(args: Any) -> None:
         if getattr(args, new) is None and getattr(args, old) is not None:
             warnings.warn(
                 f"`{old}` is deprecated and will be removed in v6. Use `{new}` instead.",
-                FutureWarning,
-                stacklevel=4,
+                FutureWarning,  # at this line, as transformers warns at its own: shown once per process
+                stacklevel=1,
             )
             setattr(args, new, getattr(args, old))
         setattr(args, old, getattr(args, new))

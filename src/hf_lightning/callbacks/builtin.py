@@ -200,13 +200,13 @@ class EarlyStoppingCallback(TrainerCallback, ExportableState):
             )
         if args.metric_for_best_model is None:
             raise EarlyStoppingSetupError(
-                "EarlyStoppingCallback needs `TrainingArguments(metric_for_best_model=...)`, got None; name the "
-                "evaluation metric to watch, e.g. metric_for_best_model='loss'."
+                "EarlyStoppingCallback requires metric_for_best_model to be defined: set "
+                "`TrainingArguments(metric_for_best_model=...)` to the evaluation metric to watch, e.g. 'loss'."
             )
         if enum_value(args.eval_strategy) == "no":
             raise EarlyStoppingSetupError(
-                "EarlyStoppingCallback needs evaluations: `TrainingArguments(eval_strategy='no')` is not "
-                "supported; choose one of: 'steps', 'epoch'."
+                "EarlyStoppingCallback requires IntervalStrategy of steps or epoch: "
+                "`TrainingArguments(eval_strategy='no')` is not supported; choose one of: 'steps', 'epoch'."
             )
 
     def on_evaluate(self, args, state, control, metrics, **kwargs):

@@ -341,9 +341,12 @@ def compute_lengths(
             return [len(value) for value in dataset[model_input_name]]
     first = dataset[0] if len(dataset) > 0 else {}
     if not isinstance(first, Mapping) or model_input_name not in first and length_column_name not in first:
-        raise ValueError(
-            f"Can only compute lengths for datasets whose items are dicts with a {model_input_name!r} "
-            f"key (or a {length_column_name!r} length column); got items of type {type(first).__name__}. "
+        found = (
+            f"their keys: {sorted(map(str, first))}" if isinstance(first, Mapping) else type(first).__name__
+        )
+        raise ValueError(  # transformers' sentence, then what was found and the way out
+            "Can only automatically infer lengths for datasets whose items are dictionaries with an "
+            f"'{model_input_name}' key (or a '{length_column_name}' length column); got {found}. "
             "Pass the lengths explicitly."
         )
     if length_column_name in first:
