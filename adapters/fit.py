@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +46,48 @@ class FitRequest:
     skip_windows: int = 0
 
 
+# Lightning's warnings a transformers user cannot act on, dropped during the Trainer's own fit:
+_DROPPED = (
+    ".*does not have many workers.*",
+    ".*LeafSpec.*",
+    # The Trainer's training_step puts the model in training mode before every micro-batch, as transformers'
+    # does, so a model left in eval mode by an evaluate() before train() trains in training mode: Lightning's
+    # start-of-fit check is a false alarm here. (Not model.train() before the fit: a model's own train()
+    # override must be called as often as transformers calls it.)
+    r".*module\(s\) in eval mode at the start of training.*",
+    # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
+    ".*defined a `validation_step` but have no `val_dataloader`.*",
+)
+_DROPPED_RE = re.compile("|".join(f"(?:{pattern})" for pattern in _DROPPED), re.DOTALL)
+
+
+@contextlib.contextmanager
+def _dropped_warnings() -> Iterator[None]:
+    """Drop the ``_DROPPED`` warnings at display, leaving the warning filters alone: changing them (as
+    ``catch_warnings`` does) makes Python forget which warnings it has shown, so every once-shown warning of the
+    user's would show again after each ``train()``. Where a filter turns warnings into errors, the dropped ones
+    are filtered instead (they must not raise)."""
+    if any(entry[0] == "error" for entry in warnings.filters):
+        with warnings.catch_warnings():
+            for pattern in _DROPPED:
+                warnings.filterwarnings("ignore", message=pattern)
+            yield
+        return
+    previous = warnings.showwarning
+
+    def show(
+        message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        if _DROPPED_RE.match(str(message)) is None:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 @contextlib.contextmanager
 def _quiet_lightning(level: int) -> Iterator[None]:
     """Lightning's banner lines (devices, tips, "fit stopped") below ``level`` (the plan's log level); HF logs speak instead."""
@@ -56,20 +99,7 @@ def _quiet_lightning(level: int) -> Iterator[None]:
     for lg in loggers:
         lg.setLevel(max(level, logging.WARNING))
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-            # The Trainer's training_step puts the model in training mode before every micro-batch, as
-            # transformers' does, so a model left in eval mode by an evaluate() before train() trains in
-            # training mode: Lightning's start-of-fit check is a false alarm here. (Not model.train() before
-            # the fit: a model's own train() override must be called as often as transformers calls it.)
-            warnings.filterwarnings(
-                "ignore", message=r".*module\(s\) in eval mode at the start of training.*"
-            )
-            # HFModule's validation_step serves plain Lightning users; the Trainer evaluates itself.
-            warnings.filterwarnings(
-                "ignore", message=".*defined a `validation_step` but have no `val_dataloader`.*"
-            )
+        with _dropped_warnings():
             yield
     finally:
         for lg, lvl in zip(loggers, previous):

@@ -95,3 +95,64 @@ def test_a_plain_lightning_fit_keeps_its_eval_mode_warning(tmp_path):
     )
     with pytest.warns(UserWarning, match="in eval mode at the start of training"):
         trainer.fit(model)
+
+
+ONCE_SCRIPT = """
+import sys, warnings
+import torch
+torch.set_num_threads(1)
+from {lib} import Trainer, TrainingArguments
+from tests.tiny import causal_lm_data, tiny_gpt2
+
+warnings.simplefilter("default")
+
+
+def note():
+    warnings.warn("a note of the user's", UserWarning)
+
+
+args = TrainingArguments(sys.argv[1], report_to="none", use_cpu=True, max_steps=1, save_strategy="no")
+trainer = Trainer(model=tiny_gpt2(), args=args, train_dataset=causal_lm_data(4))
+trainer.train()  # the first fit imports the engine (whose imports may change the filters)
+note()
+trainer.train()
+note()
+"""
+
+
+@pytest.mark.parametrize("lib", ["transformers", "hf_lightning"])
+def test_a_warning_shown_once_stays_shown_after_train(lib, tmp_path):
+    """Python shows a "default" warning once per location; a later ``train()`` does not make it forget (it did:
+    the fit's warning filters reset Python's record, so the note came back after every ``train()``)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip(lib)
+    script = tmp_path / "once.py"
+    script.write_text(ONCE_SCRIPT.format(lib=lib))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=str(root), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("UserWarning: a note of the user's") == 1
+
+
+def test_an_error_filter_does_not_turn_the_dropped_lightning_warnings_into_errors(tmp_path):
+    """Under ``-W error`` (a filter that raises), the Lightning warnings the Trainer's fit drops are filtered,
+    not raised: a model left in eval mode trains (Lightning warns about it at the start of a fit)."""
+    import warnings
+
+    from hf_lightning import Trainer, TrainingArguments
+    from tests.tiny import causal_lm_data, tiny_gpt2
+
+    model = tiny_gpt2().eval()
+    args = TrainingArguments(str(tmp_path), report_to="none", use_cpu=True, max_steps=1, save_strategy="no")
+    trainer = Trainer(model=model, args=args, train_dataset=causal_lm_data(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trainer.train()
+    assert trainer.state.global_step == 1
