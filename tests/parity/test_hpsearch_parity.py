@@ -179,3 +179,15 @@ def test_stored_study_n_trials_counts_existing_trials(tmp_path):
         trainer.hyperparameter_search(n_trials=2, **search)
         totals[name] = len(optuna.load_study(study_name="s", storage=search["storage"]).trials)
     assert totals == {"hf": 3, "ours": 2}
+
+
+def test_trials_that_save_nothing_leave_no_folders(tmp_path):
+    """With ``save_strategy="no"`` transformers never makes a trial's ``run-N`` folder; nor do we (the output
+    folder's lock made it and left it empty)."""
+    listed = {}
+    for name, trainer in trainers(tmp_path).items():
+        trainer.hyperparameter_search(hp_space=fixed_space, n_trials=2, backend="optuna")
+        listed[name] = (
+            sorted(p.name for p in (tmp_path / name).iterdir()) if (tmp_path / name).exists() else None
+        )
+    assert listed["ours"] == listed["hf"]

@@ -93,9 +93,11 @@ class OutputDirLock:
         self.folder = os.fspath(folder)
         self.path = os.path.join(self.folder, LOCK_NAME)
         self.fd: int | None = None
+        self.created = False  # whether acquire() made the folder (release() removes it if left empty)
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`OutputDirBusyError` naming the process that holds it."""
+        self.created = not os.path.isdir(self.folder)
         os.makedirs(self.folder, exist_ok=True)
         while self.fd is None:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -136,7 +138,8 @@ class OutputDirLock:
         os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
 
     def release(self) -> None:
-        """Remove the lock file and let it go (nothing when not held)."""
+        """Remove the lock file and let it go (nothing when not held); a folder acquire() made and the run left
+        empty (a search trial that saved nothing) goes too, as transformers never makes it."""
         if self.fd is None:
             return
         with contextlib.suppress(OSError):
@@ -144,6 +147,9 @@ class OutputDirLock:
                 os.unlink(self.path)
         os.close(self.fd)
         self.fd = None
+        if self.created:
+            with contextlib.suppress(OSError):  # not empty: kept
+                os.rmdir(self.folder)
 
 
 def _flock(fd: int) -> bool | None:
