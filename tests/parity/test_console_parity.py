@@ -200,3 +200,53 @@ def test_the_gradient_checkpointing_deprecation_shows_once_as_in_transformers(tm
     assert len(shown["transformers"]) == 1
     assert len(shown["hf_lightning"]) == 1
     assert not shown["hf_lightning"][0].startswith("<string>")
+
+
+PLAIN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import torch
+    from torch import nn
+    from {lib} import Trainer, TrainingArguments
+
+    torch.set_num_threads(1)
+
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x, labels=None):
+            return {{"loss": ((x * self.a - labels) ** 2).mean()}}
+
+
+    data = [{{"x": torch.tensor([float(i)]), "labels": torch.tensor([2.0 * i])}} for i in range(8)]
+    args = TrainingArguments(sys.argv[1], max_steps=2, report_to="none", log_level="info", save_strategy="no",
+                             disable_tqdm=True, use_cpu=True)
+    trainer = Trainer(Scale(), args, train_dataset=data, eval_dataset=data)
+    trainer.train()
+    trainer.evaluate()
+    """
+)
+
+
+def test_a_script_that_never_imports_transformers_prints_its_lines_as_transformers(tmp_path):
+    """A plain module, transformers installed but not imported by the script: every Trainer line comes through
+    transformers' handler from the first (they printed as ``[hf_lightning]`` until the first fit loaded it)."""
+    prefixes = {}
+    for lib in ("transformers", "hf_lightning"):
+        script = tmp_path / f"{lib}_plain.py"
+        script.write_text(PLAIN_SCRIPT.format(lib=lib))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
+        env.pop("CI", None)
+        done = subprocess.run(
+            [sys.executable, str(script), str(tmp_path / lib)],
+            capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        prefixes[lib] = [
+            m.group(0) for m in re.finditer(r"^\[(transformers|hf_lightning)\]", done.stderr, re.M)
+        ]
+    assert "[transformers]" in prefixes["transformers"]
+    assert prefixes["hf_lightning"] == prefixes["transformers"]

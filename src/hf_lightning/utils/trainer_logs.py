@@ -6,6 +6,7 @@ here keeps each call site one line.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from typing import Any
@@ -24,6 +25,7 @@ def configure_trainer_logging(args: Any) -> int:
     ours, which follow it), else of hf_lightning. "passive" changes nothing: hf_lightning's
     verbosity keeps following the script's settings. Returns the process's level.
     """
+    _set_up_transformers_logging()
     install_twin_filters()
     level = args.get_process_log_level()
     name = args.log_level if args.should_log else args.log_level_replica
@@ -35,6 +37,19 @@ def configure_trainer_logging(args: Any) -> int:
     # with transformers loaded, ours follows its verbosity from now on, as its Trainer's lines do
     hf_logging.set_verbosity(logging.NOTSET if transformers_library_root() is not None else level)
     return level
+
+
+def _set_up_transformers_logging() -> None:
+    """With transformers installed, its logging is set up from the Trainer's first line, as under transformers'
+    Trainer: the lines print as ``[transformers] ...`` throughout. (A script that never imports transformers
+    itself otherwise saw ``[hf_lightning]`` lines until the first fit imported it, through torchmetrics.)"""
+    if "transformers.utils.logging" in sys.modules or importlib.util.find_spec("transformers") is None:
+        return
+    try:
+        from transformers.utils import logging as transformers_logging  # noqa: PLC0415
+    except Exception:  # a broken install: hf_lightning's own handler prints
+        return
+    transformers_logging.get_logger()  # its library root logger and stderr handler
 
 
 def log_train_header(
