@@ -189,12 +189,32 @@ def save_model_files(trainer: Any, output_dir: str | None = None, state_dict: di
 
 
 def default_collator(processing_class: Any, given: Any = None) -> Any:
-    """``given``, else the collator transformers picks: padding with a processing class that pads (a
-    tokenizer), else ``default_data_collator``."""
+    """``given``, else the collator transformers picks: ``DataCollatorWithPadding`` for a tokenizer or a
+    sequence feature extractor (transformers' classes), else ``default_data_collator`` (an image processor or a
+    ``ProcessorMixin`` has a ``pad`` too, but transformers stacks their outputs as they are)."""
     from hf_lightning.data.collators import DataCollatorWithPadding, default_data_collator
 
     if given is not None:
         return given
-    if processing_class is not None and hasattr(processing_class, "pad"):
+    if processing_class is not None and _pads_in_transformers(processing_class):
         return DataCollatorWithPadding(processing_class)
     return default_data_collator
+
+
+_PADDING_CLASSES = (
+    ("transformers.tokenization_utils_base", "PreTrainedTokenizerBase"),
+    ("transformers.feature_extraction_sequence_utils", "SequenceFeatureExtractor"),
+)
+
+
+def _pads_in_transformers(processing_class: Any) -> bool:
+    """transformers' test: an instance of its tokenizer or sequence feature extractor base class (a module not
+    loaded holds no instance). Without transformers loaded, a processing class of the user's own pads if it
+    has ``pad``."""
+    if "transformers" not in sys.modules:
+        return hasattr(processing_class, "pad")
+    loaded = (sys.modules.get(module) for module, _ in _PADDING_CLASSES)
+    bases = tuple(
+        getattr(module, name) for module, (_, name) in zip(loaded, _PADDING_CLASSES) if module is not None
+    )
+    return bool(bases) and isinstance(processing_class, bases)
