@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -48,5 +49,15 @@ def close_process_group_at_exit() -> None:
 
 
 def _destroy_process_group() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Wait for the other processes (a few seconds at most: one that is not ending is not waited for), let gloo's
+    worker threads drop the collectives they still hold while the interpreter can still run their clean-up (a
+    gloo thread freeing a finished all-gather during shutdown aborts the process), then close the group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if dist.get_backend() == "gloo" and dist.get_world_size() > 1:
+        try:
+            dist.monitored_barrier(timeout=timedelta(seconds=5))
+        except Exception:  # a process gone or busy: close without it
+            pass
+        time.sleep(0.2)  # the GIL released: gloo's threads finish with their work items
+    dist.destroy_process_group()
