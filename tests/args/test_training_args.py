@@ -591,3 +591,11 @@ def test_accelerator_config_takes_the_dataclass_and_reads_like_it(make):
         match="Tried passing in a callable to `accelerator_config`.*accelerator_config=AcceleratorConfig",
     ):
         make(accelerator_config=AcceleratorConfig)
+
+
+def test_parallel_mode_members_equal_transformers_members_of_the_same_value():
+    """transformers' code compares ``args.parallel_mode`` with its own members (``nested_gather``)."""
+    theirs = pytest.importorskip("transformers.training_args").ParallelMode
+    assert ParallelMode.DISTRIBUTED == theirs.DISTRIBUTED and theirs.DISTRIBUTED == ParallelMode.DISTRIBUTED
+    assert ParallelMode.NOT_PARALLEL != theirs.DISTRIBUTED
+    assert hash(ParallelMode.DISTRIBUTED) == hash(theirs.DISTRIBUTED)

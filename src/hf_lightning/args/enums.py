@@ -6,6 +6,7 @@ Each enum mixes in ``str`` so ``args.eval_strategy == "steps"`` holds, and an un
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from typing import Any
 
@@ -185,12 +186,9 @@ class ParallelMode(Enum):
         compares ``args.parallel_mode`` with its own ``ParallelMode.DISTRIBUTED``."""
         if self is other:
             return True
-        kind = type(other)
-        if (
-            isinstance(other, Enum)
-            and kind.__name__ == "ParallelMode"
-            and kind.__module__.startswith("transformers.")
-        ):
+        # transformers' own class, when its module is loaded (no member of it exists otherwise)
+        theirs = getattr(sys.modules.get("transformers.training_args"), "ParallelMode", None)
+        if isinstance(theirs, type) and isinstance(other, theirs):
             return bool(self.value == other.value)
         return NotImplemented if not isinstance(other, Enum) else False
 
