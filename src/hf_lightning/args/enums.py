@@ -188,7 +188,7 @@ class ParallelMode(Enum):
             return True
         # transformers' own class, when its module is loaded (no member of it exists otherwise)
         theirs = getattr(sys.modules.get("transformers.training_args"), "ParallelMode", None)
-        if isinstance(theirs, type) and isinstance(other, theirs):
+        if isinstance(theirs, type) and isinstance(other, theirs) and isinstance(other, Enum):
             return bool(self.value == other.value)
         return NotImplemented if not isinstance(other, Enum) else False
 
