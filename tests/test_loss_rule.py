@@ -38,6 +38,10 @@ class Toy(nn.Module):
         total = flat[keep].sum()
         if self.how == "count":
             loss = total / kwargs.get("num_items_in_batch", keep.sum())
+        elif self.how == "count+aux":  # an MoE's: the divided sum plus a term without the count
+            loss = (
+                total / kwargs.get("num_items_in_batch", keep.sum()) + 0.01 * self.head.weight.square().sum()
+            )
         elif self.how == "mean":
             loss = total / keep.sum()
         elif self.how == "sum":
@@ -62,6 +66,23 @@ def test_the_reduction_and_the_shift_are_what_the_loss_does(how, shift):
     """A custom model (no loss_type: the registry is silent) is probed for its reduction and its shift."""
     rule = probe_loss_rule(Toy(how, shift), _batch(), accepts_loss_kwargs=True)
     assert (rule.reduction, rule.shift_labels, rule.shift_known) == (how, shift, True)
+
+
+@pytest.mark.parametrize("how", ["count", "mean", "sum"])
+def test_a_cross_entropy_loss_is_told_in_one_forward(how):
+    """The count given to the probe's forward is none a mean over the batch divides by: the loss compared with
+    its logits' cross-entropy answers at once (the probe's cost is one forward without gradients)."""
+    model = Toy(how, shift=True)
+    rule = probe_loss_rule(model, _batch(), accepts_loss_kwargs=True)
+    assert (rule.reduction, rule.shift_labels, model.calls) == (how, True, 1)
+
+
+def test_a_divided_loss_with_a_term_of_its_own_is_told_by_a_second_forward():
+    """An MoE-like loss (the divided sum plus an auxiliary term) matches no cross-entropy reading: a second
+    forward with another count shows that it divides by the count."""
+    model = Toy("count+aux")
+    rule = probe_loss_rule(model, _batch(), accepts_loss_kwargs=True)
+    assert (rule.reduction, rule.shift_labels, model.calls) == ("count", False, 2)
 
 
 def test_a_loss_of_no_known_form_is_assumed_to_use_the_count_with_a_warning(caplog):

@@ -183,10 +183,14 @@ def _probe(
     labels = batch.get("labels")
     try:
         if accepts:
-            count = _items(labels, False) or 1
+            # a count no mean over this batch's items divides by: one forward tells most losses apart
+            count = 2 * (_items(labels, False) or 1) + 1
             first, outputs = _loss(model, batch, num_items_in_batch=_count_like(labels, count))
             if declared:
                 return _counting_rule(first * count, outputs, labels, registry)
+            found = _from_logits(first, outputs, labels, registry, count)
+            if found is not None:
+                return found
             second, _ = _loss(model, batch, num_items_in_batch=_count_like(labels, 2 * count))
             if not _close(first, second):  # loss = total / count (+ terms without the count)
                 return _counting_rule((first - second) * 2 * count, outputs, labels, registry)
@@ -233,17 +237,22 @@ def _own_reduction(
     return LossRule("unknown", shift, known)
 
 
-def _from_logits(loss: float, outputs: Any, labels: Any, registry: bool | None) -> LossRule | None:
-    """The reduction (and the shift, where the registry is silent) when the loss is its logits' cross-entropy."""
+def _from_logits(
+    loss: float, outputs: Any, labels: Any, registry: bool | None, count: int | None = None
+) -> LossRule | None:
+    """The reduction (and the shift, where the registry is silent) when the loss is its logits' cross-entropy:
+    a mean or a sum over the target items, or (when the model was given ``count`` as ``num_items_in_batch``)
+    the sum divided by it."""
     sums = _cross_entropy_sums(outputs, labels)
     if sums is None:
         return None
-    candidates = {
-        (reduction, shift): value
-        for shift, (total, items) in sums.items()
-        if registry is None or shift == registry
-        for reduction, value in (("mean", total / max(items, 1)), ("sum", total))
-    }
+    candidates = {}
+    for shift, (total, items) in sums.items():
+        if registry is None or shift == registry:
+            candidates["mean", shift] = total / max(items, 1)
+            candidates["sum", shift] = total
+            if count is not None:
+                candidates["count", shift] = total / count
     found = _best_match(loss, candidates)
     return LossRule(*found) if found is not None else None
 
