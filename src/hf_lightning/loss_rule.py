@@ -7,11 +7,13 @@ once, on the first batch with labels, by running its loss under ``torch.no_grad(
 (no dropout, no BatchNorm statistics updated) with the random number generators forked, so the
 probe changes no training number:
 
-- **the reduction**: the loss is computed with two values of ``num_items_in_batch``; when it changes
-  the model divides by the count (``"count"``, transformers' assumption). Otherwise its loss is
-  compared with the cross-entropy of its own logits (a mean or a sum over the target items), and
-  where that does not apply, the loss of the whole batch with those of its two halves (a mean over
-  the items weighs them by their counts; a sum adds them up): ``"mean"`` or ``"sum"``.
+- **the reduction**: the loss is computed with a ``num_items_in_batch`` no mean over the batch's items
+  divides by (``2 * items + 1``) and compared with the cross-entropy of its own logits: divided by that
+  count (``"count"``, transformers' assumption), a mean or a sum over the target items. Most losses answer
+  in that one forward. Otherwise it is computed with a second count; when it changes, the model divides
+  by the count (plus terms of its own, as an MoE's auxiliary loss); when not, the loss of the whole batch
+  is compared with those of its two halves (a mean over the items weighs them by their counts; a sum adds
+  them up): ``"mean"`` or ``"sum"``.
 - **the label shift** (does the loss predict ``labels[..., 1:]``?): transformers' own loss registry
   answers first, as in transformers (``LOSS_MAPPING[model.loss_type]`` is the causal-LM loss and the
   model is not an encoder-decoder: causal LMs, and decoder-only vision-language models whose loss
