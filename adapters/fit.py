@@ -226,9 +226,13 @@ class _Interrupted(BaseException):
 
 def _fit_keeping_interrupts(engine: L.Trainer, module: Any, windows: Any) -> None:
     """``engine.fit``, with Ctrl+C raised to the caller as transformers' loop raises it (exit code 130, the
-    user's ``except KeyboardInterrupt`` runs). Lightning's cleanup of an exception (callbacks'
-    ``on_exception``, teardown) still runs."""
+    user's ``except KeyboardInterrupt`` runs) and the other signals left to the process's own handlers.
+    Lightning's cleanup of an exception (callbacks' ``on_exception``, teardown) still runs."""
     fit_impl = engine._fit_impl
+    # transformers' loop leaves the process's signal handlers alone: a SIGTERM ends the process (or runs the
+    # script's handler). Lightning's connector would turn it into a graceful stop that exits with status 0,
+    # and requeue SLURM jobs on SIGUSR1; JITCheckpoint takes SIGTERM itself when asked for.
+    engine._signal_connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     def fit_impl_passing_interrupts(*args: Any, **kwargs: Any) -> Any:
         try:

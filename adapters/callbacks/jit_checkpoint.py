@@ -3,7 +3,8 @@ in progress, write ``checkpoint-{global_step}``, stop cleanly (exit status 0).
 
 Lightning installs its own SIGTERM handler when ``fit`` starts (``_SignalConnector``): it marks the
 trainer, which then raises ``SIGTERMException`` at the end of the batch, before any HF-style save can
-happen. While training runs, this callback owns SIGTERM instead::
+happen (``hf_lightning.Trainer``'s fit keeps that handler out, as transformers leaves signals alone; a
+Lightning user's fit has it). While training runs, this callback owns SIGTERM instead::
 
     setup              remember the handler the process had before fit
     on_train_start     (after Lightning registered its handler) take SIGTERM over: SigtermWatch.install
