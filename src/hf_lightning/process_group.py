@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 from datetime import timedelta
 from typing import Any
@@ -49,12 +50,15 @@ def close_process_group_at_exit() -> None:
 
 
 def _destroy_process_group() -> None:
-    """Wait for the other processes (a few seconds at most: one that is not ending is not waited for), let gloo's
+    """Wait for the other processes (when this one ends without an uncaught exception), let gloo's
     worker threads drop the collectives they still hold while the interpreter can still run their clean-up (a
     gloo thread freeing a finished all-gather during shutdown aborts the process), then close the group."""
     if not (dist.is_available() and dist.is_initialized()):
         return
-    if dist.get_backend() == "gloo" and dist.get_world_size() > 1:
+    # an uncaught exception ends this process: the others may be waiting in a collective it will never join
+    # (a barrier would wait with them); closing the group makes theirs fail, as when transformers' run fails
+    failed = getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+    if dist.get_backend() == "gloo" and dist.get_world_size() > 1 and not failed:
         try:
             dist.monitored_barrier(timeout=timedelta(seconds=5))
         except Exception:  # a process gone or busy: close without it

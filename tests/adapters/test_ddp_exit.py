@@ -31,6 +31,16 @@ def test_the_process_group_is_closed_when_the_script_ends(tmp_path: Path):
         assert record == {"open_after_train": True, "open_at_exit": False}
 
 
+def test_a_rank_that_fails_while_the_other_waits_in_a_collective_ends_both(tmp_path: Path):
+    """Rank 1 raises in a callback after step 2 while rank 0 goes on into the step's collectives: rank 1 ends
+    (its exit does not wait for a rank that will never meet it) and rank 0's collective fails, as under
+    transformers' Trainer (both exit non-zero; nobody waits for the launcher's timeout)."""
+    results = run_ranks(__file__, [str(tmp_path), "fail"], close_group=False, check=False, timeout=150)
+    assert [code != 0 for code, _ in results] == [True, True], results
+    assert "boom from rank 1" in results[1][1]
+    assert "RuntimeError" in results[0][1]
+
+
 def _record(path: Path, open_after_train: list[bool]) -> None:
     import torch.distributed as dist
 
@@ -41,15 +51,23 @@ def _record(path: Path, open_after_train: list[bool]) -> None:
 if __name__ == "__main__":
     import torch.distributed as dist
 
-    from hf_lightning import Trainer, TrainingArguments
+    from hf_lightning import Trainer, TrainerCallback, TrainingArguments
     from tests.tiny import RegressionModel, regression_data
+
+    class Boom(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2 and os.environ["RANK"] == "1":
+                raise RuntimeError("boom from rank 1 at step 2")
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
+    failing = sys.argv[2:] == ["fail"]
     seen: list[bool] = []
     atexit.register(_record, out / f"rank{os.environ['RANK']}.json", seen)
     args = TrainingArguments(
-        str(out / "run"), use_cpu=True, report_to="none", save_strategy="no", max_steps=2, disable_tqdm=True
-    )
-    Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16)).train()
+        str(out / "run"), use_cpu=True, report_to="none", save_strategy="no", max_steps=6 if failing else 2,
+        disable_tqdm=True, logging_steps=1,
+    )  # fmt: skip
+    callbacks = [Boom()] if failing else []
+    Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(64), callbacks=callbacks).train()
     seen.append(dist.is_initialized())
