@@ -69,5 +69,7 @@ if __name__ == "__main__":
         disable_tqdm=True, logging_steps=1,
     )  # fmt: skip
     callbacks = [Boom()] if failing else []
-    Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(64), callbacks=callbacks).train()
+    Trainer(
+        model=RegressionModel(), args=args, train_dataset=regression_data(64), callbacks=callbacks
+    ).train()
     seen.append(dist.is_initialized())
