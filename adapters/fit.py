@@ -20,7 +20,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from hf_lightning.process_group import close_process_group_at_exit
+from hf_lightning.process_group import close_process_group_at_exit, note_failed_run
 
 from .allocator import retain_freed_memory
 from .module import HFModule
@@ -244,4 +244,8 @@ def _fit_keeping_interrupts(engine: L.Trainer, module: Any, windows: Any) -> Non
     try:
         engine.fit(module, train_dataloaders=windows)
     except _Interrupted as carried:
+        note_failed_run()  # the other ranks may be left in a collective: no barrier at exit
         raise carried.args[0] from None
+    except BaseException:
+        note_failed_run()
+        raise

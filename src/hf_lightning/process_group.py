@@ -13,9 +13,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["close_process_group_at_exit", "ensure_process_group"]
+__all__ = ["close_process_group_at_exit", "ensure_process_group", "note_failed_run"]
 
 _closing_registered = False
+_failed_run = False  # a fit of this process raised: its peers may be left waiting in a collective
 
 
 def ensure_process_group(
@@ -49,15 +50,23 @@ def close_process_group_at_exit() -> None:
         _closing_registered = True
 
 
+def note_failed_run() -> None:
+    """Record that a fit of this process raised (caught or not): at exit it does not wait for the others."""
+    global _failed_run
+    _failed_run = True
+
+
 def _destroy_process_group() -> None:
     """Wait for the other processes (when this one ends without an uncaught exception), let gloo's
     worker threads drop the collectives they still hold while the interpreter can still run their clean-up (a
     gloo thread freeing a finished all-gather during shutdown aborts the process), then close the group."""
     if not (dist.is_available() and dist.is_initialized()):
         return
-    # an uncaught exception ends this process: the others may be waiting in a collective it will never join
-    # (a barrier would wait with them); closing the group makes theirs fail, as when transformers' run fails
-    failed = getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+    # an uncaught exception (or a failed fit, even one the script caught) ends this process: the others may be
+    # waiting in a collective it will never join (a barrier would wait with them); closing the group makes
+    # theirs fail, as when transformers' run fails
+    uncaught = getattr(sys, "last_value", None) is not None or getattr(sys, "last_exc", None) is not None
+    failed = uncaught or _failed_run
     if dist.get_backend() == "gloo" and dist.get_world_size() > 1 and not failed:
         try:
             dist.monitored_barrier(timeout=timedelta(seconds=5))

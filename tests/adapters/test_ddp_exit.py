@@ -41,11 +41,26 @@ def test_a_rank_that_fails_while_the_other_waits_in_a_collective_ends_both(tmp_p
     assert "RuntimeError" in results[0][1]
 
 
+def test_a_rank_that_catches_its_failure_and_exits_does_not_wait_for_the_other(tmp_path: Path):
+    """The same failure caught by the script, which then ends with ``sys.exit(3)``: rank 1 still does not wait
+    at exit for rank 0, which is held in the step's collective."""
+    results = run_ranks(__file__, [str(tmp_path), "catch"], close_group=False, check=False, timeout=150)
+    # rank 0's collective failed once rank 1 closed its group: a RuntimeError, which the script catches too
+    assert [code for code, _ in results] == [3, 3], results
+
+
 def _record(path: Path, open_after_train: list[bool]) -> None:
     import torch.distributed as dist
 
     open_at_exit = dist.is_initialized()
-    path.write_text(json.dumps({"open_after_train": open_after_train[0], "open_at_exit": open_at_exit}))
+    path.write_text(
+        json.dumps(
+            {
+                "open_after_train": open_after_train[0] if open_after_train else None,
+                "open_at_exit": open_at_exit,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
@@ -61,7 +76,7 @@ if __name__ == "__main__":
 
     torch.set_num_threads(1)
     out = Path(sys.argv[1])
-    failing = sys.argv[2:] == ["fail"]
+    failing = sys.argv[2:] in (["fail"], ["catch"])
     seen: list[bool] = []
     atexit.register(_record, out / f"rank{os.environ['RANK']}.json", seen)
     args = TrainingArguments(
@@ -69,7 +84,13 @@ if __name__ == "__main__":
         disable_tqdm=True, logging_steps=1,
     )  # fmt: skip
     callbacks = [Boom()] if failing else []
-    Trainer(
+    trainer = Trainer(
         model=RegressionModel(), args=args, train_dataset=regression_data(64), callbacks=callbacks
-    ).train()
+    )
+    try:
+        trainer.train()
+    except RuntimeError:
+        if sys.argv[2:] == ["catch"]:
+            sys.exit(3)
+        raise
     seen.append(dist.is_initialized())
