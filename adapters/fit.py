@@ -243,9 +243,8 @@ def _fit_keeping_interrupts(engine: L.Trainer, module: Any, windows: Any) -> Non
     engine._fit_impl = fit_impl_passing_interrupts  # type: ignore[method-assign]
     try:
         engine.fit(module, train_dataloaders=windows)
-    except _Interrupted as carried:
+    except BaseException as failure:
         note_failed_run()  # the other ranks may be left in a collective: no barrier at exit
-        raise carried.args[0] from None
-    except BaseException:
-        note_failed_run()
+        if isinstance(failure, _Interrupted):
+            raise failure.args[0] from None
         raise
