@@ -66,7 +66,9 @@ def _run_and_terminate(tmp_path, mode: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="Windows has no SIGTERM handlers: send_signal terminates the process"
+)
 def test_sigterm_ends_the_process_as_the_default_action_does(tmp_path):
     """Killed by the signal (exit status 143 in a shell), as a transformers run is; not a clean exit 0."""
     done = _run_and_terminate(tmp_path, "default")
@@ -74,7 +76,9 @@ def test_sigterm_ends_the_process_as_the_default_action_does(tmp_path):
     assert "returned at step" not in done.stdout
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="Windows has no SIGTERM handlers: send_signal terminates the process"
+)
 def test_a_sigterm_handler_of_the_script_is_the_one_that_runs(tmp_path):
     """The script's own handler runs during training (Lightning's does not replace it) and training goes on
     until the script decides."""
