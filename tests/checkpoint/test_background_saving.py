@@ -111,15 +111,48 @@ def test_a_snapshot_is_copied_into_the_previous_snapshots_buffers():
     assert len(buffers) == 2  # w and the new grown: the copy of "gone" (and the old grown) is no longer held
 
 
-def test_the_host_copy_is_kept_between_saves_and_freed_at_the_end_of_train(tmp_path):
-    """Each background save copies into the last one's buffers; train()'s end frees them."""
+def test_prepared_host_memory_takes_the_first_snapshot():
+    """prepare() makes host memory of the state's sizes (ahead of the first save); the first snapshot copies
+    the state into it instead of new memory, and a storage that changed meanwhile gets memory of its own."""
+    weight, bias, moved = torch.arange(4.0), torch.ones(2), torch.zeros(3)
+    saver = BackgroundSaver()
+    saver.prepare([{"w": weight, "tied": weight}, {"state": {0: {"b": bias, "m": moved}}}])
+    prepared = {key: storage.data_ptr() for key, storage in saver.host_buffers().items()}
+    assert sorted(key[2] for key in prepared) == [8, 12, 16]  # bytes of bias, moved, weight
+    moved = torch.zeros(3)  # a new storage: its prepared memory is not used
+    frozen = snapshot_save_options(
+        {}, {"w": weight, "tied": weight, "b": bias, "m": moved}, saver.host_buffers()
+    )
+    copied = frozen["model_state_dict"]
+    assert copied["w"].untyped_storage().data_ptr() in prepared.values()
+    assert copied["b"].untyped_storage().data_ptr() in prepared.values()
+    assert copied["m"].untyped_storage().data_ptr() not in prepared.values()
+    assert (
+        copied["w"].tolist() == [0.0, 1.0, 2.0, 3.0] and copied["tied"].data_ptr() == copied["w"].data_ptr()
+    )
+    saver.release()
+    assert saver.buffers == {}
+
+
+def test_the_host_copy_is_prepared_kept_between_saves_and_freed_at_the_end_of_train(tmp_path):
+    """The first background save copies into the memory prepared after the first step, each later one into
+    the last one's buffers; train()'s end frees them. Without saves nothing is prepared."""
     background = BackgroundCheckpointing()
-    sizes = []
+    calls = []
     real = snapshot_save_options
 
     def spy(options, state_dict, buffers=None):
-        sizes.append(len(buffers or {}))
-        return real(options, state_dict, buffers)
+        given = {storage.data_ptr() for storage in (buffers or {}).values()}
+        frozen = real(options, state_dict, buffers)
+        used = {tensor.untyped_storage().data_ptr() for tensor in frozen["model_state_dict"].values()}
+        used |= {
+            tensor.untyped_storage().data_ptr()
+            for entry in frozen["optimizer_state_dict"]["state"].values()
+            for tensor in entry.values()
+            if isinstance(tensor, torch.Tensor) and tensor.dim()
+        }
+        calls.append((given, used))
+        return frozen
 
     import hf_lightning.checkpoint.background as module
 
@@ -128,8 +161,14 @@ def test_the_host_copy_is_kept_between_saves_and_freed_at_the_end_of_train(tmp_p
         gpt2_trainer(str(tmp_path / "out"), [background]).train()
     finally:
         module.snapshot_save_options = restore
-    assert sizes[0] == 0 and sizes[1] > 0  # the second save found the first one's copy
+    assert len(calls) == 2
+    for given, used in calls:  # the first save's memory was prepared, the second's is the first's copy
+        assert given and used <= given
     assert background.saver.buffers == {}
+    prepared = []
+    background.saver.prepare = lambda states: prepared.append(states)  # type: ignore[method-assign]
+    gpt2_trainer(str(tmp_path / "none"), [background], save_strategy="no").train()
+    assert prepared == []
 
 
 @pytest.mark.parametrize("limit", [None, 1])
