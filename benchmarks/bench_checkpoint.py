@@ -30,7 +30,10 @@ The **plain durable write**: in every round, after the runs, as many bytes as on
 checkpoints holds are written into the same folder in 4 MiB blocks, timed to the end of the ``write``
 calls (the bytes in the page cache: what a save that never flushes costs, such as transformers') and to
 the end of one ``fdatasync`` after them (the bytes on the disk: what a durable save costs that does not
-overlap its writing with the disk's).
+overlap its writing with the disk's). Then **writing new memory**: 1 GiB newly mapped, every page written
+once, and the same again just after it was freed (GB/s). On a virtual machine the first is the speed at
+which the host backs the guest's pages; it changes from minute to minute, and a save's page cache, a
+snapshot's copy and a resume's tensors are such pages: it is printed to read the 2 GB figures by.
 
 Reported per library (medians over rounds, and the median of the per-round ratios to transformers):
 
@@ -195,6 +198,7 @@ def run_round(cli: argparse.Namespace, order: random.Random) -> dict[str, dict]:
         results[name].update(_child("--serve-resume", RUNS[name][0], folders[name], *common))
     results["hf_lightning"].update(_child("--serve-verify", folders["hf_lightning"]))
     results["disk"] = disk_floor(_checkpoint_bytes(folders["hf_lightning"]), folders["hf_lightning"])
+    results["memory"] = memory_touch()
     for folder in folders.values():
         shutil.rmtree(folder, ignore_errors=True)
     return results
@@ -229,6 +233,26 @@ def disk_floor(size: int, folder: str) -> dict:
         os.close(fd)
         os.remove(path)
     return {"bytes": size, "page_cache": cached, "durable": durable}
+
+
+def memory_touch(mib: int = 1024) -> dict:
+    """GB/s of writing every page of ``mib`` MiB of newly allocated memory once, then of memory that was
+    just freed and is allocated again. On a virtual machine the first is the speed at which the host backs
+    the guest's pages, and it moves from minute to minute: the page cache a save writes into, and a
+    snapshot's or a resume's new tensors, are such pages."""
+    import ctypes
+    import mmap
+
+    speeds = {}
+    for name in ("new", "again"):
+        block = mmap.mmap(-1, mib << 20)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(block))
+        started = time.perf_counter()
+        ctypes.memset(address, 1, mib << 20)
+        speeds[name] = (mib << 20) / (time.perf_counter() - started) / 1e9
+        del address
+        block.close()
+    return speeds
 
 
 def _later_saves(result: dict) -> float:
@@ -274,7 +298,12 @@ def disk_summary(rounds: list[dict[str, dict]]) -> str:
         f"Plain durable write: {disk[0]['bytes'] / 1e6:.0f} MB written in {statistics.median(d['page_cache'] for d in disk):.2f} s "
         f"into the page cache, {durable:.2f} s until durable (one fdatasync); synchronous save / plain durable write: "
         f"hf_lightning {ours:.2f}x, transformers {theirs:.2f}x; a resume's check of the checkpoint against its "
-        f"manifest (from the page cache): {statistics.median(r['hf_lightning']['verify'] for r in rounds):.3f} s"
+        f"manifest (from the page cache): {statistics.median(r['hf_lightning']['verify'] for r in rounds):.3f} s; "
+        "writing new memory once (1 GiB, per round): "
+        + ", ".join(f"{r['memory']['new']:.2f}" for r in rounds)
+        + " GB/s (just freed: "
+        + ", ".join(f"{r['memory']['again']:.2f}" for r in rounds)
+        + " GB/s)"
     )
 
 
