@@ -60,6 +60,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_ddp_tokens.py")
     session.run("python", "benchmarks/bench_checkpoint.py", "--size", "400MB")
     session.run("python", "benchmarks/bench_save_floor.py")
+    session.run("python", "benchmarks/bench_page_cache.py")
     session.run("python", "benchmarks/bench_startup.py")
 
 
