@@ -250,7 +250,6 @@ def memory_touch(mib: int = 1024) -> dict:
         started = time.perf_counter()
         ctypes.memset(address, 1, mib << 20)
         speeds[name] = (mib << 20) / (time.perf_counter() - started) / 1e9
-        del address
         block.close()
     return speeds
 

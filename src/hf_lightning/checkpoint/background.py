@@ -17,7 +17,7 @@ A background save splits :func:`hf_lightning.checkpoint.store.save_checkpoint` i
 The files are those of a synchronous save, byte for byte; a crash (a kill, a power loss) while the saver
 writes leaves the staging folder unpublished and the previous checkpoint the newest complete one, as a
 crash during a synchronous save does. The snapshot costs one more copy of the checkpoint in host memory,
-kept from the first save to the end of ``train()``: each save copies the state into the buffers of the one
+kept to the end of ``train()``: each save copies the state into the buffers of the one
 before (copying 2.2 GB into memory already mapped took 0.39 s on the development machine, into new memory
 1.9 s: the new pages are faulted in and zeroed first; docs/performance.md). The first save's buffers are
 prepared the same way ahead of it: :meth:`BackgroundSaver.prepare`, called after the first step, faults in
@@ -54,12 +54,21 @@ Storages = dict[Any, torch.UntypedStorage]
 """Host copies of storages, by their source's (device, address, bytes)."""
 
 
+def _shared_storage(tensor: torch.Tensor) -> tuple[Any, torch.UntypedStorage] | None:
+    """The key and storage of a tensor whose storage :func:`host_copy` copies once for all its aliases;
+    None for a meta, sparse or non-strided tensor (copied on its own, or kept)."""
+    if tensor.device.type == "meta" or tensor.is_sparse or tensor.layout != torch.strided:
+        return None
+    source = tensor.untyped_storage()
+    return (source.device, source.data_ptr(), source.nbytes()), source
+
+
 def _copy_tensor(tensor: torch.Tensor, storages: Storages, spare: Storages) -> torch.Tensor:
     tensor = tensor.detach()
-    if tensor.device.type == "meta" or tensor.is_sparse or tensor.layout != torch.strided:
+    shared = _shared_storage(tensor)
+    if shared is None:
         return tensor.to("cpu", copy=True) if tensor.device.type != "meta" else tensor
-    source = tensor.untyped_storage()
-    key = (source.device, source.data_ptr(), source.nbytes())
+    key, source = shared
     copied = storages.get(key)
     if copied is None:
         # the previous snapshot's buffer of this storage: no new pages to fault in
@@ -113,9 +122,9 @@ def _storage_sizes(obj: Any, found: dict[Any, int], seen: set[int]) -> None:
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
-        if obj.device.type != "meta" and not obj.is_sparse and obj.layout == torch.strided:
-            source = obj.untyped_storage()
-            found[(source.device, source.data_ptr(), source.nbytes())] = source.nbytes()
+        shared = _shared_storage(obj)
+        if shared is not None:
+            found[shared[0]] = shared[1].nbytes()
     elif isinstance(obj, Mapping):
         for value in obj.values():
             _storage_sizes(value, found, seen)
