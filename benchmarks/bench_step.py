@@ -3,6 +3,8 @@
 Workloads (one thread, progress bars and saving off):
   W1  tiny GPT-2: 2 layers, n_embd 64, seq 32, batch 8 (GA 1 and GA 4)
   W2  GPT-2: 4 layers, n_embd 256, seq 128, batch 8
+  W0  (only when named) a model of 4 weights whose step costs ~0.3 ms: what is left is each framework's
+      own cost per optimizer step, in microseconds over the raw loop (GA 1 and GA 4)
 
 Each framework trains in a process of its own (so one framework's process-wide settings, such as
 hf_lightning's allocator tuning, never help another's). The machine's speed drifts by tens of percent
@@ -24,6 +26,10 @@ and their ratios are the paired figures:
 with ``git archive`` into a temporary folder that its process imports first), so a change to
 hf_lightning is compared with the code before it in the same cycles (the "vs baseline" column:
 median over cycles of this block / the baseline's block).
+
+``--floor`` adds "Lightning loop, raw step": Lightning's fit loop (manual optimization, one batch per optimizer
+step, as hf_lightning drives it) around exactly the raw loop's step. Its row is the least any trainer built on
+Lightning's loop costs over the raw loop: the floor under hf_lightning's row.
 
 ``--speedups-off NAMES`` adds a process of hf_lightning with those speed tricks of
 ``hf_lightning/adapters/speedups.py`` turned off (``setattr,signature,backward``, or ``all``): its row beside
@@ -50,7 +56,11 @@ WORKLOADS = {
     "W1 GA1": dict(n_layer=2, n_embd=64, seq=32, batch=8, ga=1),
     "W1 GA4": dict(n_layer=2, n_embd=64, seq=32, batch=8, ga=4),
     "W2": dict(n_layer=4, n_embd=256, seq=128, batch=8, ga=1),
+    "W0 GA1": dict(null=True, seq=4, batch=2, ga=1),
+    "W0 GA4": dict(null=True, seq=4, batch=2, ga=4),
 }
+DEFAULT_WORKLOADS = ("W1 GA1", "W1 GA4", "W2")
+FLOOR = "Lightning loop, raw step"
 WARMUP_STEPS = 3
 MARK = "@@bench "
 BASELINE = "hf_lightning.Trainer (baseline)"
@@ -61,10 +71,27 @@ _CHILD_ENV: dict[str, dict[str, str]] = {}
 """Extra environment of a framework's process (the baseline's tree, the speed tricks turned off)."""
 
 
+class NullModel(torch.nn.Module):
+    """W0's model: 4 weights, a loss divided by ``num_items_in_batch`` as a causal LM's is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4))
+
+    def forward(self, input_ids, labels=None, num_items_in_batch=None, **kwargs):
+        from transformers.modeling_outputs import CausalLMOutput
+
+        total = (self.weight * input_ids[:, :4].float()).sum()
+        count = num_items_in_batch if num_items_in_batch is not None else input_ids.numel()
+        return CausalLMOutput(loss=total / count)
+
+
 def make_model(w):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
+    if w.get("null"):
+        return NullModel()
     cfg = GPT2Config(
         n_layer=w["n_layer"],
         n_embd=w["n_embd"],
@@ -128,21 +155,70 @@ class Pacer:
                     self._wait_turn()
 
 
+def raw_step(model, opt, batches):
+    """One optimizer step of the raw loop: the work every framework's step does."""
+    n_items = sum((b["labels"][:, 1:] != -100).sum() for b in batches)
+    for b in batches:
+        loss = model(**b, num_items_in_batch=n_items).loss
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad()
+
+
 def run_raw(w, pacer):
     model = make_model(w)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # the Trainers' default optim
     loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
     it = iter(loader)
     for _ in range(pacer.total_steps):
-        batches = [next(it) for _ in range(w["ga"])]
-        n_items = sum((b["labels"][:, 1:] != -100).sum() for b in batches)
-        for b in batches:
-            loss = model(**b, num_items_in_batch=n_items).loss
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad()
+        raw_step(model, opt, [next(it) for _ in range(w["ga"])])
         pacer.step_end()
+
+
+class _Windows:
+    """The loader's batches in windows of ``ga``: one Lightning batch per optimizer step."""
+
+    def __init__(self, loader, ga):
+        self.loader, self.ga = loader, ga
+
+    def __len__(self):
+        return len(self.loader) // self.ga
+
+    def __iter__(self):
+        it = iter(self.loader)
+        for _ in range(len(self)):
+            yield [next(it) for _ in range(self.ga)]
+
+
+def run_lightning_floor(w, pacer):
+    """Lightning's loop (manual optimization) around exactly the raw loop's step (the optimizer Lightning's
+    wrapper, whose ``step()`` Lightning counts towards ``max_steps``)."""
+    import lightning as L
+
+    class Floor(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.model = make_model(w)
+
+        def training_step(self, window, idx):
+            raw_step(self.model, self.optimizers(), window)  # Lightning's optimizer: it counts the steps
+            pacer.step_end()
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
+
+    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
+    trainer = L.Trainer(
+        max_steps=pacer.total_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    trainer.fit(Floor(), _Windows(loader, w["ga"]))
 
 
 def _hf_style(lib, w, pacer):
@@ -233,6 +309,8 @@ def serve(framework: str, workload: str, block: int, blocks: int) -> None:
         sys.path.insert(0, os.environ[BASELINE_TREE_ENV])
     if framework in (BASELINE, SPEEDUPS_OFF):
         RUNNERS[framework] = run_ours
+    if framework == FLOOR:
+        RUNNERS[framework] = run_lightning_floor
     RUNNERS[framework](WORKLOADS[workload], Pacer(block, blocks))
 
 
@@ -325,8 +403,9 @@ def summarize(name: str, rounds: list[dict[str, dict]]) -> list[str]:
         vs_hf = [a / b for a, b in zip(mine, hf)]
         faster = sum(a < b for a, b in zip(mine, hf)) / len(mine)
         startup = statistics.median(r[fw]["startup"] for r in rounds)
+        over_raw = statistics.median(a - b for a, b in zip(mine, raw)) * 1e6
         row = (
-            f"| {name} | {fw} | {statistics.median(mine):.4f} | {statistics.median(ratios):.3f} | "
+            f"| {name} | {fw} | {statistics.median(mine):.4f} | {over_raw:.0f} | {statistics.median(ratios):.3f} | "
             f"{_percentile(ratios, 0.1):.2f}–{_percentile(ratios, 0.9):.2f} | "
             f"{statistics.median(vs_hf):.3f} | {100 * faster:.0f} % | {startup:.2f} |"
         )
@@ -360,7 +439,10 @@ def main() -> None:
     parser.add_argument(
         "--block", type=int, default=5, help="optimizer steps per turn (W2: half, at least 2)"
     )
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument(
+        "--workloads", nargs="*", default=list(DEFAULT_WORKLOADS), help=f"of {list(WORKLOADS)}"
+    )
+    parser.add_argument("--floor", action="store_true", help=f'also run "{FLOOR}"')
     parser.add_argument("--seed", type=int, default=0, help="seeds the order of the frameworks")
     parser.add_argument("--json", help="also write every block's s/step and every start-up here")
     parser.add_argument("--baseline", metavar="REF", help="also run hf_lightning as of this git commit")
@@ -377,15 +459,18 @@ def main() -> None:
     _compile_bytecode()
     order = random.Random(cli.seed)
     header = (
-        "| workload | framework | s/step (median) | ratio to raw (median of cycles) | ratio p10–p90 "
+        "| workload | framework | s/step (median) | µs/step over raw (median of cycles) "
+        "| ratio to raw (median of cycles) | ratio p10–p90 "
         "| vs transformers (median of cycles) | cycles faster than transformers | start-up s |"
     )
-    rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+    rule = "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     if cli.baseline:
         tree = build_baseline_tree(cli.baseline, tempfile.mkdtemp(prefix="bench-baseline-"))
         _CHILD_ENV[BASELINE] = {BASELINE_TREE_ENV: tree}
         RUNNERS[BASELINE] = run_ours
         header, rule = header + " vs baseline |", rule + "---:|"
+    if cli.floor:
+        RUNNERS[FLOOR] = run_lightning_floor
     if cli.speedups_off:
         names = "setattr,signature,backward" if cli.speedups_off == "all" else cli.speedups_off
         _CHILD_ENV[SPEEDUPS_OFF] = {SPEEDUPS_OFF_ENV: names}
@@ -394,8 +479,12 @@ def main() -> None:
     print(rule)
     record = {}
     for name in cli.workloads:
-        w1 = name.startswith("W1")
-        block, cycles = (cli.block, cli.cycles) if w1 else (max(cli.block // 2, 2), max(cli.cycles // 3, 5))
+        if name.startswith("W0"):  # steps of ~0.3-1.5 ms: longer turns
+            block, cycles = cli.block * 20, cli.cycles
+        elif name.startswith("W1"):
+            block, cycles = cli.block, cli.cycles
+        else:
+            block, cycles = max(cli.block // 2, 2), max(cli.cycles // 3, 5)
         record[name] = [run_round(name, block, cycles, order) for _ in range(cli.rounds)]
         for row in summarize(name, record[name]):
             print(row, flush=True)

@@ -86,3 +86,30 @@ def test_a_short_benchmark_run_prints_one_row_per_framework(tmp_path):
         len(runs[0][fw]["steps"]) == 2 and runs[0][fw]["startup"] > 0
         for fw in ("raw torch", "plain Lightning", "transformers.Trainer", "hf_lightning.Trainer")
     )
+
+
+@pytest.mark.slow
+def test_the_floor_row_and_the_null_workload(tmp_path):
+    """``--floor`` adds Lightning's loop around the raw step as a fifth process; ``W0`` (a 4-weight model)
+    runs every framework, and each row says its microseconds per step over the raw loop."""
+    record = tmp_path / "runs.json"
+    out = subprocess.run(
+        [sys.executable, str(BENCH), "--floor", "--rounds", "1", "--cycles", "2", "--block", "1"]
+        + ["--workloads", "W0 GA4", "--json", str(record)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    rows = {line.split(" | ")[1]: line for line in out.stdout.splitlines() if line.startswith("| W0 GA4 |")}
+    assert set(rows) == {
+        "raw torch",
+        "plain Lightning",
+        "transformers.Trainer",
+        "hf_lightning.Trainer",
+        "Lightning loop, raw step",
+    }
+    assert rows["raw torch"].split(" | ")[3] == "0"  # the raw loop is 0 µs over itself
+    runs = json.loads(record.read_text())["W0 GA4"]
+    assert all(len(runs[0][fw]["steps"]) == 2 for fw in rows)
+    # the floor steps Lightning's optimizer: its process ended at max_steps (a run past it would hang here)
