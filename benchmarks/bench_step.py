@@ -169,8 +169,7 @@ def raw_step(model, opt, batches):
 def run_raw(w, pacer):
     model = make_model(w)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # the Trainers' default optim
-    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
-    it = iter(loader)
+    it = iter(_loader(w, pacer))
     for _ in range(pacer.total_steps):
         raw_step(model, opt, [next(it) for _ in range(w["ga"])])
         pacer.step_end()
@@ -209,7 +208,17 @@ def run_lightning_floor(w, pacer):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
 
-    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
+    _lightning_fit(Floor(), _Windows(_loader(w, pacer), w["ga"]), pacer)
+
+
+def _loader(w, pacer):
+    return torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
+
+
+def _lightning_fit(module, data, pacer, **trainer_kwargs):
+    """A quiet Lightning fit of ``pacer.total_steps`` optimizer steps on the CPU."""
+    import lightning as L
+
     trainer = L.Trainer(
         max_steps=pacer.total_steps,
         logger=False,
@@ -217,8 +226,9 @@ def run_lightning_floor(w, pacer):
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
+        **trainer_kwargs,
     )
-    trainer.fit(Floor(), _Windows(loader, w["ga"]))
+    trainer.fit(module, data)
 
 
 def _hf_style(lib, w, pacer):
@@ -276,18 +286,7 @@ def run_lightning(w, pacer):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-3, fused=True)
 
-    loader = torch.utils.data.DataLoader(make_data(w, pacer.total_steps), batch_size=w["batch"], shuffle=True)
-    trainer = L.Trainer(
-        max_steps=pacer.total_steps,
-        accumulate_grad_batches=w["ga"],
-        gradient_clip_val=1.0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
-    )
-    trainer.fit(Plain(), loader)
+    _lightning_fit(Plain(), _loader(w, pacer), pacer, accumulate_grad_batches=w["ga"], gradient_clip_val=1.0)
 
 
 RUNNERS = {
