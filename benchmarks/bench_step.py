@@ -75,15 +75,16 @@ class NullModel(torch.nn.Module):
     """W0's model: 4 weights, a loss divided by ``num_items_in_batch`` as a causal LM's is."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(4))
-
-    def forward(self, input_ids, labels=None, num_items_in_batch=None, **kwargs):
         from transformers.modeling_outputs import CausalLMOutput
 
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4))
+        self.output_class = CausalLMOutput  # imported once, not in every forward
+
+    def forward(self, input_ids, labels=None, num_items_in_batch=None, **kwargs):
         total = (self.weight * input_ids[:, :4].float()).sum()
         count = num_items_in_batch if num_items_in_batch is not None else input_ids.numel()
-        return CausalLMOutput(loss=total / count)
+        return self.output_class(loss=total / count)
 
 
 def make_model(w):
@@ -176,7 +177,10 @@ def run_raw(w, pacer):
 
 
 class _Windows:
-    """The loader's batches in windows of ``ga``: one Lightning batch per optimizer step."""
+    """The loader's batches in windows of ``ga``: one Lightning batch per optimizer step.
+
+    hf_lightning's ``AccumulationWindows`` does this too; the floor keeps hf_lightning's code (and its imports) out
+    of its process, so that its row is Lightning's loop and the raw step alone."""
 
     def __init__(self, loader, ga):
         self.loader, self.ga = loader, ga
