@@ -102,8 +102,7 @@ class HFModule(L.LightningModule):
         self.window_size = 1
         self.window_items: Any = None  # the current window's item count (num_items_in_batch)
         self.last_grad_norm: float | None = None
-        self.step_skipped = False
-        """Whether the last update was skipped by the fp16 gradient scaler (inf/NaN gradients)."""
+        self.step_skipped = False  # whether the fp16 gradient scaler skipped the last update (inf/NaN grads)
         self.hf_lr_scheduler: Any = None
         self.train_model: nn.Module = model
         self._plain_backward: bool | None = None  # decided once per fit (see manual_backward)
@@ -229,7 +228,8 @@ class HFModule(L.LightningModule):
     def training_step(self, batch: Any, batch_idx: int) -> None:
         window = self._as_window(batch)
         optimizer = cast(Any, self.optimizers())  # one optimizer, not a list
-        num_items = self.count_items(window)
+        given = self.driver.batch_samples(window)  # a Trainer subclass's get_batch_samples, else None
+        window, num_items = given if given is not None else (window, self.count_items(window))
         self.window_size, self.window_items = len(window), num_items
         self.driver.on_step_begin()
         for index, inputs in enumerate(window):

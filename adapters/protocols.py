@@ -114,6 +114,9 @@ class TrainerFacade(Protocol):
     checkpoints: CheckpointPart
     search: SearchPart
 
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """Up to ``num_batches`` micro-batches from ``epoch_iterator`` and their ``num_items_in_batch``."""
+
     def _get_learning_rate(self) -> float:
         """The learning rate to log for the update just made (overridable, as in transformers)."""
 
@@ -131,6 +134,10 @@ class LoopDriver(Protocol):
 
     def training_step(self, model: nn.Module, inputs: Any, num_items_in_batch: Any) -> torch.Tensor:
         """Forward and backward of one micro-batch; returns the detached loss."""
+
+    def batch_samples(self, window: list) -> tuple[list, Any] | None:
+        """A window's micro-batches and ``num_items_in_batch`` as given by someone else (a ``Trainer`` subclass's
+        ``get_batch_samples``), or None: ``HFModule`` counts the items of the window it got."""
 
     def on_train_begin(self) -> None: ...
     def on_epoch_begin(self) -> None: ...

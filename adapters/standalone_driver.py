@@ -46,6 +46,10 @@ class StandaloneDriver:
         fused(loss, module.current_learning_rate()) if callable(fused) else module.manual_backward(loss)
         return loss.detach()
 
+    def batch_samples(self, window: list) -> tuple[list, Any] | None:
+        """None: ``HFModule`` counts the window's items itself."""
+        return None
+
     def on_train_begin(self) -> None: ...
     def on_epoch_begin(self) -> None: ...
     def on_step_begin(self) -> None: ...

@@ -79,10 +79,15 @@ class TrainLoopDriver:
         self.micro_batch = 0
         """The index of the running micro-batch in its accumulation window."""
         self.training_step = trainer.run.train_micro_batch
-        self.own_learning_rate = _overrides_get_learning_rate(trainer)
+        self.own_learning_rate = _overridden(trainer, "_get_learning_rate")
         """Whether a subclass (or the instance) replaced ``Trainer._get_learning_rate``: then it gives the rate
         logged at each step, as in transformers."""
         self.asked_learning_rate: float | None = None
+        self.own_batch_samples = any(
+            _overridden(trainer, n) for n in ("get_batch_samples", "_get_num_items_in_batch")
+        )
+        """Whether a subclass gives each window's micro-batches and item count (transformers' loop asks them of
+        ``get_batch_samples``, which counts with ``_get_num_items_in_batch``)."""
         """One micro-batch, called by ``HFModule.training_step``: straight into the run object (the overridable
         ``Trainer.training_step``, then the loss, FLOPs and tokens added), the engine's one call into the facade."""
 
@@ -179,6 +184,20 @@ class TrainLoopDriver:
         self._event("on_step_end")
         self._log_save_evaluate(grad_norm, learning_rate)
 
+    def batch_samples(self, window: list) -> tuple[list, Any] | None:
+        """The window's micro-batches and ``num_items_in_batch`` as the Trainer subclass's ``get_batch_samples``
+        gives them (on ``args.device``, as transformers passes); None when not overridden: ``HFModule`` counts."""
+        if not self.own_batch_samples:
+            return None
+        t = self.trainer
+        batches, count = t.get_batch_samples(iter(window), len(window), t.args.device)
+        if not batches:
+            raise ValueError(
+                f"{type(t).__name__}.get_batch_samples returned no micro-batch for a window of {len(window)}: "
+                "it must return the list of micro-batches of one optimizer step and their item count"
+            )
+        return list(batches), count
+
     def should_stop_epoch(self) -> bool:
         control = self.trainer.control
         return bool(control.should_epoch_stop or control.should_training_stop)
@@ -195,9 +214,9 @@ class TrainLoopDriver:
         """Nothing here: transformers fires ``on_train_end`` after the final metrics are logged."""
 
 
-def _overrides_get_learning_rate(trainer: Any) -> bool:
-    """Whether ``trainer._get_learning_rate`` is not hf_lightning's own (a subclass's or a patched one)."""
-    if "_get_learning_rate" in vars(trainer):
+def _overridden(trainer: Any, name: str) -> bool:
+    """Whether ``trainer``'s method ``name`` is not hf_lightning's own (a subclass's, or patched on the instance)."""
+    if name in vars(trainer):
         return True
-    owner = next(klass for klass in type(trainer).__mro__ if "_get_learning_rate" in vars(klass))
+    owner = next(klass for klass in type(trainer).__mro__ if name in vars(klass))
     return not owner.__module__.startswith("hf_lightning.")

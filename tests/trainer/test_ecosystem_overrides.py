@@ -244,7 +244,10 @@ def test_overriding_a_step_of_transformers_own_loop_warns_that_it_has_no_effect(
             def _save_rng_state(self, output_dir):
                 raise AssertionError("never called")
 
-            def get_batch_samples(self, epoch_iterator, num_batches, device):
+            def _wrap_model(self, model, training=True, dataloader=None):
+                raise AssertionError("never called")
+
+            def get_batch_samples(self, epoch_iterator, num_batches, device):  # called: not warned of
                 return super().get_batch_samples(epoch_iterator, num_batches, device)
 
             def training_step(self, model, inputs, num_items_in_batch=None):
@@ -253,7 +256,7 @@ def test_overriding_a_step_of_transformers_own_loop_warns_that_it_has_no_effect(
     messages = [str(w.message) for w in caught if "has no effect" in str(w.message)]
     assert [m.split(" ")[0] for m in messages] == [
         f"{Custom.__qualname__}._save_rng_state",
-        f"{Custom.__qualname__}.get_batch_samples",
+        f"{Custom.__qualname__}._wrap_model",
     ]
     assert all(w.filename == __file__ for w in caught if "has no effect" in str(w.message))
     assert "docs/subclassing.md" in messages[0]

@@ -28,12 +28,12 @@ logger = get_logger(__name__)
 LOOP_INTERNALS = frozenset(
     {
         "_build_accelerator_args", "_clip_grad_norm", "_defer_fsdp_gradient_reduction", "_finalize_training",
-        "_get_grad_norm", "_get_num_items_in_batch", "_has_mixed_mesh_grads", "_init_training_state",
+        "_get_grad_norm", "_has_mixed_mesh_grads", "_init_training_state",
         "_issue_warnings_after_load", "_load_scaler", "_mixed_mesh_grad_norm", "_move_model_to_device",
         "_prepare_context_parallel_inputs", "_prepare_for_training", "_run_epoch",
         "_save_optimizer_and_scheduler", "_save_rng_state", "_save_scaler",
         "_sync_replicated_trainable_parameters", "_track_num_input_tokens", "_update_auto_batch_size",
-        "_validate_args", "_wrap_model", "get_batch_samples", "get_cp_size", "get_sp_size",
+        "_validate_args", "_wrap_model", "get_cp_size", "get_sp_size",
         "_pad_tensors_to_max_len",
     }
 )  # fmt: skip

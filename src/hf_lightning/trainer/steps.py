@@ -5,8 +5,8 @@
 ``training_step = steps.training_step``), so a micro-batch runs through this file without a forwarding hop;
 they keep transformers' signatures, users override them, and ``training_step`` calls the others back through
 the Trainer. ``BatchSteps`` (``trainer.steps``) holds what they share: the loss settings of the model,
-the label smoother, ``get_batch_samples``. Whether a loss is already scaled for gradient accumulation is
-the one rule of :func:`hf_lightning.loss.loss_is_scaled_for_ga` (``HFModule`` uses it too).
+the label smoother, ``get_batch_samples`` and its count. Whether a loss is already scaled for gradient
+accumulation is the one rule of :func:`hf_lightning.loss.loss_is_scaled_for_ga` (``HFModule`` uses it too).
 """
 
 from __future__ import annotations
@@ -146,18 +146,24 @@ class BatchSteps:
         return self.trainer.label_smoother
 
     def batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any = None) -> tuple[list, Any]:
-        """``Trainer.get_batch_samples``: up to ``num_batches`` micro-batches and their target-token count."""
-        t = self.trainer
+        """``Trainer.get_batch_samples``: up to ``num_batches`` micro-batches and their target-token count
+        (``Trainer._get_num_items_in_batch``). The loop calls it when a subclass overrides either."""
         batches = []
         for _ in range(num_batches):
             try:
                 batches.append(next(epoch_iterator))
             except StopIteration:
                 break
+        return batches, self.trainer._get_num_items_in_batch(batches, device)
+
+    def num_items(self, batch_samples: list, device: Any = None) -> Any:
+        """``Trainer._get_num_items_in_batch``: the target tokens of ``batch_samples`` (summed over processes),
+        on ``device`` when given; None when the model's loss counts none."""
+        t = self.trainer
         processes = t.accelerator.num_processes
         reduce_sum = (lambda count: t.accelerator.reduce(count, "sum")) if processes > 1 else None
-        count = self.loss_settings().step_items(t.model, batches, reduce_sum)
-        return batches, count if count is None or device is None else count.to(device)
+        count = self.loss_settings().step_items(t.model, batch_samples, reduce_sum)
+        return count if count is None or device is None else count.to(device)
 
 
 def to_device(data: Any, device: torch.device, *, non_blocking: bool = False) -> Any:

@@ -273,6 +273,7 @@ class Trainer:
     _prepare_inputs = steps.prepare_inputs
     _label_smoother = delegate("steps", BatchSteps.label_smoother)
     get_batch_samples = delegate("steps", BatchSteps.batch_samples)
+    _get_num_items_in_batch = delegate("steps", BatchSteps.num_items)
 
     # --- optimizer and scheduler: trainer.optim -----------------------------------------------
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
