@@ -10,7 +10,8 @@ Scenarios: ``sft`` (6 steps, checkpoints at 3 and 6), ``sft_resume`` (resumes ``
 ``sft_best`` (evaluation at 3 and 6, the best model loaded at the end), and the same three with a LoRA
 ``peft_config`` (``lora``, ``lora_resume``, ``lora_best``); ``dpo`` (DPOTrainer on 16 preference pairs);
 ``grpo`` (GRPOTrainer: 4 generations a prompt, a length reward, 2 steps); ``reward`` (RewardTrainer),
-``kto`` (KTOTrainer) and ``dpo_sync`` (DPOTrainer with ``sync_ref_model``), 3 steps each.
+``kto`` (KTOTrainer) and ``dpo_sync`` (DPOTrainer with ``sync_ref_model``), 3 steps each; ``rloo``
+(RLOOTrainer) and ``distill`` (DistillationTrainer with a teacher), 2 steps each.
 """
 
 from __future__ import annotations
@@ -249,10 +250,47 @@ def report_error(scenario: str) -> None:
             json.dump({"error": traceback.format_exc()}, handle)
 
 
+def rloo(scenario: str) -> object:
+    """RLOOTrainer: as ``grpo``, without a reference model (``beta=0``: TRL would load one by its hub name)."""
+    from datasets import Dataset
+    from trl import RLOOConfig, RLOOTrainer
+
+    def reward(completions, **kwargs):
+        return [float(len(completion.split())) for completion in completions]
+
+    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
+    return trained(RLOOTrainer(
+        model=model(), reward_funcs=reward, train_dataset=Dataset.from_dict({"prompt": prompts}),
+        args=RLOOConfig(beta=0.0, num_generations=4, max_completion_length=8, **short_args(scenario, 2)),
+        processing_class=tokenizer(),
+    ))  # fmt: skip
+
+
+def distill(scenario: str) -> object:
+    """DistillationTrainer: the student generates, a teacher of other weights scores the completions."""
+    from datasets import Dataset
+    from trl import DistillationConfig, DistillationTrainer
+
+    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
+    return trained(DistillationTrainer(
+        model=model(), teacher_model=model(seed=1), train_dataset=Dataset.from_dict({"prompt": prompts}),
+        args=DistillationConfig(max_completion_length=8, **short_args(scenario, 2)),
+        processing_class=tokenizer(),
+    ))  # fmt: skip
+
+
 if __name__ == "__main__":
     for name in SCENARIOS:
         try:
-            runs = {"dpo": dpo, "grpo": grpo, "reward": reward_model, "kto": kto, "dpo_sync": dpo_sync}
+            runs = {
+                "dpo": dpo,
+                "grpo": grpo,
+                "reward": reward_model,
+                "kto": kto,
+                "dpo_sync": dpo_sync,
+                "rloo": rloo,
+                "distill": distill,
+            }
             trainer = runs.get(name, sft)(name)
         except Exception:
             traceback.print_exc()

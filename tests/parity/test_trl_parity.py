@@ -46,8 +46,8 @@ def test_sft_trainer_trains_as_on_transformers(tmp_path):
 
 
 SCENARIOS = ["sft", "sft_resume", "sft_best", "lora", "lora_resume", "lora_best", "dpo", "grpo", "reward", "kto",
-             "dpo_sync"]  # fmt: skip
-SKIP = {"grpo": ("step_time",)}  # GRPO logs its wall-clock step time
+             "dpo_sync", "rloo", "distill"]  # fmt: skip
+SKIP = {name: ("step_time",) for name in ("grpo", "rloo", "distill")}  # they log their wall-clock step time
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +61,12 @@ def one_process(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "scenario", ["sft_best", "lora", "lora_best", "dpo", "grpo", "reward", "kto", "dpo_sync"]
+    "scenario",
+    ["sft_best", "lora", "lora_best", "dpo", "grpo", "reward", "kto", "dpo_sync", "rloo", "distill"],
 )
 def test_trl_run_matches_transformers(one_process, scenario):
     """LoRA SFT, the best model loaded at the end, DPO (with a synced reference model too), GRPO, the reward
-    model, KTO: as on transformers."""
+    model, KTO, RLOO, distillation: as on transformers."""
     assert_same_run(
         result(one_process, "transformers", scenario),
         result(one_process, "hf_lightning", scenario),
@@ -90,7 +91,7 @@ def test_trl_load_best_model_at_end(one_process, name):
 
 
 # --- two processes (gloo DDP) -----------------------------------------------------------------
-DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume", "dpo", "grpo"]
+DDP_SCENARIOS = ["sft", "sft_resume", "lora", "lora_resume", "dpo", "grpo", "rloo", "distill"]
 
 
 @pytest.fixture(scope="module")
