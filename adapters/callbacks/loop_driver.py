@@ -186,11 +186,11 @@ class TrainLoopDriver:
 
     def batch_samples(self, window: list) -> tuple[list, Any] | None:
         """The window's micro-batches and ``num_items_in_batch`` as the Trainer subclass's ``get_batch_samples``
-        gives them (on ``args.device``, as transformers passes); None when not overridden: ``HFModule`` counts."""
+        gives them (on the training device: transformers passes ``args.device``); None when not overridden."""
         if not self.own_batch_samples:
             return None
         t = self.trainer
-        batches, count = t.get_batch_samples(iter(window), len(window), t.args.device)
+        batches, count = t.get_batch_samples(iter(window), len(window), t.accelerator.device)
         if not batches:
             raise ValueError(
                 f"{type(t).__name__}.get_batch_samples returned no micro-batch for a window of {len(window)}: "
