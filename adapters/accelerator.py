@@ -282,8 +282,8 @@ class LightningAccelerator:
     def autocast(self, autocast_handler: Any = None) -> Iterator[None]:
         """Mixed-precision autocast in the block when ``bf16`` / ``fp16`` is on (the fit's precision plugin's
         during training); an ``AutocastKwargs`` handler's settings (``enabled=False``: off) apply, as in accelerate."""
-        if self.mixed_precision == "no":
-            yield
+        if self.mixed_precision == "no" or (self.mixed_precision == "fp16" and self.device.type == "cpu"):
+            yield  # accelerate: no fp16 autocast on the CPU
             return
         trainer = self._trainer
         if autocast_handler is None and trainer is not None:

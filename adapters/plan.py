@@ -248,7 +248,7 @@ def to_lightning(
         )
     env = {} if env is None else dict(env)
     distributed = distributed_settings(args, env, cuda_available=cuda_available)
-    precision, eval_precision, eval_dtype = precisions(args)
+    precision, eval_precision, eval_dtype = precisions(args, cpu=distributed.on_cpu)
     settings = _trainer_settings(args, distributed, precision, num_update_steps_per_epoch)
     return LightningPlan(
         trainer_settings=MappingProxyType(settings),

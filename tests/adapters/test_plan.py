@@ -41,7 +41,8 @@ ROWS = [
     # precision
     ({}, {}, "trainer_kwargs.precision", "32-true"),
     ({"bf16": True}, {}, "trainer_kwargs.precision", "bf16-mixed"),
-    ({"fp16": True}, {}, "trainer_kwargs.precision", "16-mixed"),
+    ({"fp16": True}, {"cuda": True}, "trainer_kwargs.precision", "16-mixed"),
+    ({"fp16": True, "use_cpu": True}, {"cuda": True}, "trainer_kwargs.precision", "32-true"),  # as accelerate
     ({"bf16": True}, {}, "precision", "bf16-mixed"),
     ({}, {}, "eval_precision", None),
     ({}, {}, "eval_dtype", None),

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from hf_lightning.args.deepspeed_config import DeepSpeedSettings, deepspeed_settings
 from hf_lightning.args.fsdp_settings import fsdp_settings
 from hf_lightning.args.launcher import launcher_variables
@@ -60,6 +62,13 @@ class DistributedSettings:
     """``fsdp``/``fsdp_config`` (``args/fsdp_settings.py``); ``None`` when FSDP is off."""
     deepspeed: DeepSpeedSettings | None = None
     """``deepspeed`` (``args/deepspeed_config.py``); ``None`` when DeepSpeed is off."""
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the model trains on the CPU (``use_cpu``, or ``"auto"`` on a machine without CUDA or MPS)."""
+        if self.accelerator != "auto":
+            return self.accelerator == "cpu"
+        return not (torch.cuda.is_available() or torch.backends.mps.is_available())
 
     @property
     def uses_ddp(self) -> bool:

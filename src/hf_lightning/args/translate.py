@@ -58,15 +58,19 @@ def build_plan(args: Any) -> TrainerPlan:
     )
 
 
-def precisions(args: Any) -> tuple[str, str | None, torch.dtype | None]:
-    """``(training precision, evaluation precision, evaluation dtype)``; refuses contradictory flags."""
+def precisions(args: Any, *, cpu: bool = False) -> tuple[str, str | None, torch.dtype | None]:
+    """``(training precision, evaluation precision, evaluation dtype)``; refuses contradictory flags.
+
+    ``cpu``: the run's device is the CPU. There ``fp16`` trains in 32 bits, as under transformers: accelerate
+    turns fp16 mixed precision off on the CPU (no autocast, no gradient scaler) unless DeepSpeed runs it."""
     if args.bf16 and args.fp16:
         raise ValueError("`TrainingArguments(bf16=True, fp16=True)` is contradictory; set at most one")
     if args.bf16_full_eval and args.fp16_full_eval:
         raise ValueError(
             "`TrainingArguments(bf16_full_eval=True, fp16_full_eval=True)` is contradictory; set at most one"
         )
-    precision = "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "32-true"
+    fp16 = args.fp16 and not (cpu and not args.deepspeed)
+    precision = "bf16-mixed" if args.bf16 else "16-mixed" if fp16 else "32-true"
     if args.bf16_full_eval:
         return precision, "bf16-true", torch.bfloat16
     if args.fp16_full_eval:
@@ -149,9 +153,10 @@ def _tp_size(config: Any) -> int | None:
 
 def eval_settings(args: Any) -> EvalSettings:
     """The :class:`EvalSettings` of ``args``, built with the plan (``args.device``: this process's device)."""
-    precision, _, eval_dtype = precisions(args)
+    device = torch.device(args.device)
+    precision, _, eval_dtype = precisions(args, cpu=device.type == "cpu")
     return EvalSettings(
-        device=torch.device(args.device),
+        device=device,
         mixed_precision=None if precision == "32-true" else precision,
         eval_dtype=eval_dtype,
         process_group_backend=args.ddp_backend,
