@@ -67,3 +67,54 @@ def test_a_processing_class_without_token_ids_changes_nothing():
     model = _model(bos_token_id=50256, eos_token_id=50256)
     assert ours(model, None) == {} and ours(model, object()) == {}
     assert model.config.eos_token_id == 50256
+
+
+def test_train_aligns_before_the_data_and_the_checkpoint_are_logged(tmp_path):
+    """``train()`` warns of the updated ids before it logs the checkpoint it loads and the ignored dataset columns,
+    in transformers' order (the alignment is the first thing ``train()`` does with the model)."""
+    import io
+
+    import torch
+    import transformers
+    from datasets import Dataset
+
+    import hf_lightning
+
+    data = Dataset.from_dict(
+        {"input_ids": [[3, 4, 3, 4]] * 8, "labels": [[3, 4, 3, 4]] * 8, "text": ["a"] * 8}
+    )
+    marks = {
+        "PAD/BOS/EOS": "aligned",
+        "columns in the Training set": "columns",
+        "Loading model from": "loaded",
+    }
+    orders = []
+    for library in (transformers, hf_lightning):
+        args = dict(use_cpu=True, report_to="none", disable_tqdm=True, per_device_train_batch_size=4)
+        out = tmp_path / library.__name__
+        library.Trainer(
+            model=_model(), args=library.TrainingArguments(str(out), max_steps=1, **args), train_dataset=data
+        ).train()  # checkpoint-1, from a model whose ids the tokenizer then changes
+        stream = io.StringIO()
+        handler = logging.StreamHandler(stream)
+        loggers = [logging.getLogger(name) for name in ("transformers", "hf_lightning")]
+        saved = [(logger.level, logger.handlers[:]) for logger in loggers]
+        for logger in loggers:
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        try:
+            torch.manual_seed(0)
+            library.Trainer(
+                model=_model(bos_token_id=50256, eos_token_id=50256),
+                args=library.TrainingArguments(str(out), max_steps=2, **args),
+                train_dataset=data,
+                processing_class=_tokenizer(bos_token="<s>", eos_token="</s>", pad_token="<pad>"),
+            ).train(resume_from_checkpoint=str(out / "checkpoint-1"))
+        finally:
+            for logger, (level, handlers) in zip(loggers, saved):
+                logger.setLevel(level)
+                logger.handlers[:] = handlers
+        lines = stream.getvalue().splitlines()
+        orders.append(list(dict.fromkeys(v for line in lines for k, v in marks.items() if k in line)))
+    assert orders[0] == ["aligned", "loaded", "columns"]
+    assert orders[1] == orders[0]

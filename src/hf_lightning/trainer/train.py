@@ -94,6 +94,8 @@ class TrainLauncher:
             t.optimizer, t.lr_scheduler = None, None
         if runtime.use_liger_kernel:  # before any step: without a CUDA GPU this raises, naming the argument
             apply_liger_kernel(t.model, runtime.liger_kernel_config)
+        if t.processing_class is not None:  # the tokenizer's PAD/BOS/EOS ids into the model's configs (its
+            align_special_tokens(t.model, t.processing_class)  # warning before the data and the checkpoint's)
         debug_for_training(
             args.debug, t.model, args.n_gpu
         )  # debug="underflow_overflow": hooks stay on the model
@@ -168,8 +170,6 @@ class TrainLauncher:
         t._load_optimizer_and_scheduler(
             resume_from_checkpoint
         )  # None: nothing to load (a stale request dropped)
-        if t.processing_class is not None:  # the tokenizer's PAD/BOS/EOS ids into the model's configs
-            align_special_tokens(t.model, t.processing_class)
         t._activate_neftune()
         self.apply_runtime_options()
         log_train_header(
