@@ -32,12 +32,14 @@ OUR_PACKAGES = (
     "hf_lightning.args",
     "hf_lightning.callbacks",
     "hf_lightning.data",
+    "hf_lightning.data.shards",
     "hf_lightning.eval_utils",
     "hf_lightning.loss",
     "hf_lightning.adapters",  # the samplers
     "hf_lightning.optim",
     "hf_lightning.trainer",
     "hf_lightning.trainer_utils",
+    "hf_lightning.trainer_pt_utils",  # the padding helpers written there
 )
 
 #: names transformers has there that mean something else in hf_lightning

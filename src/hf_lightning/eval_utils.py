@@ -22,6 +22,7 @@ from hf_lightning.trainer_utils import EvalPrediction
 __all__ = [
     "IGNORE_INDEX",
     "EvalAccumulator",
+    "EvalLoopContainer",
     "concat_batches",
     "find_batch_size",
     "lookahead",
@@ -236,6 +237,16 @@ class EvalAccumulator:
         result = concat_batches(self.arrays, self.padding_index, consume=True)
         self.arrays = [result]
         return result
+
+
+class EvalLoopContainer(EvalAccumulator):
+    """``transformers.trainer_pt_utils.EvalLoopContainer``'s name and arguments for :class:`EvalAccumulator`:
+    ``do_nested_concat`` concatenates the batches added (ragged second axes padded with ``padding_index``),
+    else ``get_arrays`` lists them."""
+
+    def __init__(self, do_nested_concat: bool = True, padding_index: int = IGNORE_INDEX) -> None:
+        super().__init__(do_concat=do_nested_concat, padding_index=padding_index)
+        self.do_nested_concat = do_nested_concat
 
 
 def make_eval_prediction(

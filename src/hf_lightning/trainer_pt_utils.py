@@ -1,7 +1,10 @@
 """``transformers.trainer_pt_utils``'s path, for the names of it hf_lightning implements.
 
-Homes: the evaluation helpers in :mod:`hf_lightning.eval_utils`, ``LabelSmoother`` in :mod:`hf_lightning.loss`,
-the samplers in ``hf_lightning.adapters.samplers`` (loaded on first use, as this module only re-exports them).
+Homes: the evaluation helpers (``EvalLoopContainer`` too) in :mod:`hf_lightning.eval_utils`, ``LabelSmoother`` in
+:mod:`hf_lightning.loss`, ``get_parameter_names`` in :mod:`hf_lightning.optim.optimizers`, the length-grouped
+samplers in ``hf_lightning.adapters.samplers`` (loaded on first use, as this module only re-exports them), the
+batch-by-batch shards (``ShardSampler``, ``IterableDatasetShard``, ``DistributedSamplerWithLoop``) in
+:mod:`hf_lightning.data.shards`; the two padding helpers are written here.
 Our ``BatchRebalanceSampler`` is not here: it balances by another rule and takes other arguments than
 transformers' class of that name (``docs/data.md``); it is ``hf_lightning.adapters.BatchRebalanceSampler``.
 transformers' ``log_metrics``, ``save_metrics``, ``save_state``, ``metrics_format``, ``get_learning_rates``,
@@ -15,15 +18,22 @@ import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import torch
+
+from hf_lightning.data.shards import DistributedSamplerWithLoop, IterableDatasetShard, ShardSampler
 from hf_lightning.eval_utils import (
+    EvalLoopContainer,
     find_batch_size,
     nested_concat,
     nested_detach,
     nested_numpify,
     nested_truncate,
+    pad_and_concatenate,
 )
 from hf_lightning.loss import LabelSmoother
 from hf_lightning.optim import LayerWiseDummyOptimizer, LayerWiseDummyScheduler
+from hf_lightning.optim.optimizers import get_parameter_names
 from hf_lightning.trainer_utils import get_model_param_count
 
 if TYPE_CHECKING:
@@ -34,17 +44,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DistributedLengthGroupedSampler",
+    "DistributedSamplerWithLoop",
+    "EvalLoopContainer",
+    "IterableDatasetShard",
     "LabelSmoother",
     "LayerWiseDummyOptimizer",
     "LayerWiseDummyScheduler",
     "LengthGroupedSampler",
+    "ShardSampler",
     "find_batch_size",
     "get_length_grouped_indices",
     "get_model_param_count",
+    "get_parameter_names",
     "nested_concat",
     "nested_detach",
     "nested_numpify",
     "nested_truncate",
+    "numpy_pad_and_concatenate",
+    "torch_pad_and_concatenate",
 ]
 
 _SAMPLERS = ("DistributedLengthGroupedSampler", "LengthGroupedSampler")
@@ -57,6 +74,16 @@ def get_length_grouped_indices(
     sample of all at the front (``LengthGroupedSampler``'s order)."""
     samplers = importlib.import_module("hf_lightning.adapters.samplers")
     return list(samplers.length_grouped_indices(lengths, batch_size, mega_batch_mult, generator))
+
+
+def torch_pad_and_concatenate(tensor1: Any, tensor2: Any, padding_index: int = -100) -> Any:
+    """Two tensors (scalars as 1-element) end to end along the first axis, the shorter second axis padded."""
+    return pad_and_concatenate(torch.as_tensor(tensor1), torch.as_tensor(tensor2), padding_index)
+
+
+def numpy_pad_and_concatenate(array1: Any, array2: Any, padding_index: int = -100) -> Any:
+    """Two arrays (scalars as 1-element) end to end along the first axis, the shorter second axis padded."""
+    return pad_and_concatenate(np.asarray(array1), np.asarray(array2), padding_index)
 
 
 def __getattr__(name: str) -> Any:

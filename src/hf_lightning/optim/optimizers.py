@@ -187,6 +187,27 @@ def _parameter_names(
     return found
 
 
+def get_parameter_names(
+    model: nn.Module, forbidden_layer_types: Any, forbidden_layer_names: Any = None
+) -> list[str]:
+    """``transformers.trainer_pt_utils.get_parameter_names``: the names of ``model``'s parameters (children first)
+    outside every module of ``forbidden_layer_types``, and whose lower-cased name matches none of the regular
+    expressions ``forbidden_layer_names`` (searched in the name relative to each module on the way down)."""
+    patterns = [re.compile(pattern) for pattern in forbidden_layer_names or ()]
+    excluded = tuple(forbidden_layer_types)
+
+    def allowed(name: str) -> bool:
+        return not any(pattern.search(name.lower()) for pattern in patterns)
+
+    names: list[str] = []
+    for child_name, child in model.named_children():
+        if isinstance(child, excluded):
+            continue
+        inner = get_parameter_names(child, excluded, forbidden_layer_names)
+        names += [f"{child_name}.{n}" for n in inner if allowed(f"{child_name}.{n}")]
+    return names + [name for name in model._parameters if allowed(name)]
+
+
 def get_decay_parameter_names(model: nn.Module) -> list[str]:
     """Names of the parameters that get weight decay, as ``transformers.Trainer`` chooses them.
 
