@@ -26,13 +26,16 @@ from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
     from hf_lightning.args.enums import FSDPOption, HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.checkpoint.sorting import rotate_checkpoints, sort_checkpoints
     from hf_lightning.data import RemoveColumnsCollator
+    from hf_lightning.trainer.hpsearch import HPSearchBackend, default_hp_space_optuna, default_hp_space_ray
 
 __all__ = [
     "BestRun",
     "EvalLoopOutput",
     "EvalPrediction",
     "FSDPOption",
+    "HPSearchBackend",
     "HubStrategy",
     "INCOMPLETE_CHECKPOINT_MARKER",
     "IntervalStrategy",
@@ -44,16 +47,22 @@ __all__ = [
     "TrainOutput",
     "TrainerMemoryTracker",
     "default_compute_objective",
+    "default_hp_space_optuna",
+    "default_hp_space_ray",
     "denumpify_detensorize",
     "enable_full_determinism",
     "find_executable_batch_size",
     "get_last_checkpoint",
     "get_model_param_count",
     "has_length",
+    "is_main_process",
     "number_of_arguments",
+    "rotate_checkpoints",
     "seed_worker",
     "set_seed",
+    "sort_checkpoints",
     "speed_metrics",
+    "total_processes_number",
 ]
 
 logger = get_logger(__name__)
@@ -68,6 +77,11 @@ _REEXPORTS = {
         "hf_lightning.args.enums",
     ),
     "RemoveColumnsCollator": "hf_lightning.data",
+    **dict.fromkeys(
+        ("HPSearchBackend", "default_hp_space_optuna", "default_hp_space_ray"),
+        "hf_lightning.trainer.hpsearch",
+    ),
+    **dict.fromkeys(("rotate_checkpoints", "sort_checkpoints"), "hf_lightning.checkpoint.sorting"),
 }
 
 
@@ -305,8 +319,22 @@ def get_model_param_count(model: torch.nn.Module, trainable_only: bool = False) 
     )
 
 
+def is_main_process(local_rank: int) -> bool:
+    """Whether ``local_rank`` (-1: not distributed) is the main process of its node."""
+    return local_rank in (-1, 0)
+
+
+def total_processes_number(local_rank: int) -> int:
+    """The processes training together: the process group's size when ``local_rank`` is set (not -1), else 1."""
+    if local_rank != -1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
 def __getattr__(name: str) -> Any:
-    """Re-export the strategy enums (``hf_lightning.args.enums``) and ``RemoveColumnsCollator`` on first use."""
+    """Re-export the strategy enums (``hf_lightning.args.enums``), ``RemoveColumnsCollator`` and the search's
+    backend names and default spaces (``hf_lightning.trainer.hpsearch``), the checkpoint sorting and rotation
+    (``hf_lightning.checkpoint.sorting``) on first use."""
     home = _REEXPORTS.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
