@@ -82,18 +82,16 @@ def test_strategy_enums_are_reexported():
 
 def test_process_helpers_and_search_names_as_transformers():
     """``is_main_process`` / ``total_processes_number`` answer as transformers' on one process; the search's
-    backend enum and default spaces are importable from ``trainer_utils``, as there."""
-    import optuna
+    backend enum is importable from ``trainer_utils``, as there, and is the one ``hyperparameter_search`` takes."""
     import transformers.trainer_utils as theirs
+
+    from hf_lightning.trainer.hpsearch import HPSearchBackend
 
     for rank in (-1, 0, 1, 3):
         assert trainer_utils.is_main_process(rank) == theirs.is_main_process(rank)
         assert trainer_utils.total_processes_number(rank if rank < 1 else -1) == 1
     assert trainer_utils.HPSearchBackend("optuna").value == theirs.HPSearchBackend("optuna").value
-    fixed = optuna.trial.FixedTrial(
-        {"learning_rate": 1e-5, "num_train_epochs": 2, "seed": 7, "per_device_train_batch_size": 8}
-    )
-    assert trainer_utils.default_hp_space_optuna(fixed) == theirs.default_hp_space_optuna(fixed)
+    assert trainer_utils.HPSearchBackend is HPSearchBackend
 
 
 # --- Seeding ---

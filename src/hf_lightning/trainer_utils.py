@@ -25,10 +25,16 @@ from hf_lightning.trainer_utils_memory import TrainerMemoryTracker, find_executa
 from hf_lightning.utils.logging import get_logger
 
 if TYPE_CHECKING:
-    from hf_lightning.args.enums import FSDPOption, HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from hf_lightning.args.enums import (
+        FSDPOption,
+        HPSearchBackend,
+        HubStrategy,
+        IntervalStrategy,
+        SaveStrategy,
+        SchedulerType,
+    )
     from hf_lightning.checkpoint.sorting import rotate_checkpoints, sort_checkpoints
     from hf_lightning.data import RemoveColumnsCollator
-    from hf_lightning.trainer.hpsearch import HPSearchBackend, default_hp_space_optuna, default_hp_space_ray
 
 __all__ = [
     "BestRun",
@@ -47,8 +53,6 @@ __all__ = [
     "TrainOutput",
     "TrainerMemoryTracker",
     "default_compute_objective",
-    "default_hp_space_optuna",
-    "default_hp_space_ray",
     "denumpify_detensorize",
     "enable_full_determinism",
     "find_executable_batch_size",
@@ -73,7 +77,7 @@ INCOMPLETE_CHECKPOINT_MARKER = "checkpoint-is-incomplete.txt"
 #: names transformers.trainer_utils also exposes, re-exported on first use: name -> home module
 _REEXPORTS = {
     **dict.fromkeys(
-        ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy", "FSDPOption"),
+        ("IntervalStrategy", "SaveStrategy", "SchedulerType", "HubStrategy", "FSDPOption", "HPSearchBackend"),
         "hf_lightning.args.enums",
     ),
     "RemoveColumnsCollator": "hf_lightning.data",
@@ -332,9 +336,8 @@ def total_processes_number(local_rank: int) -> int:
 
 
 def __getattr__(name: str) -> Any:
-    """Re-export the strategy enums (``hf_lightning.args.enums``), ``RemoveColumnsCollator`` and the search's
-    backend names and default spaces (``hf_lightning.trainer.hpsearch``), the checkpoint sorting and rotation
-    (``hf_lightning.checkpoint.sorting``) on first use."""
+    """Re-export the strategy and search-backend enums (``hf_lightning.args.enums``), ``RemoveColumnsCollator``
+    and the checkpoint sorting and rotation (``hf_lightning.checkpoint.sorting``) on first use."""
     home = _REEXPORTS.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,6 +18,7 @@ __all__ = [
     "ChoiceEnum",
     "DebugOption",
     "FSDPOption",
+    "HPSearchBackend",
     "HubStrategy",
     "IntervalStrategy",
     "OptimizerNames",
@@ -157,6 +158,13 @@ class DebugOption(ChoiceEnum):
 
     UNDERFLOW_OVERFLOW = "underflow_overflow"
     TPU_METRICS_DEBUG = "tpu_metrics_debug"
+
+
+class HPSearchBackend(ChoiceEnum):
+    """The search engines ``hyperparameter_search`` can run on, in the order it picks a default."""
+
+    OPTUNA = "optuna"
+    RAY = "ray"
 
 
 class FSDPOption(ChoiceEnum):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
-from hf_lightning.args.enums import ChoiceEnum, enum_value
+from hf_lightning.args.enums import HPSearchBackend, enum_value
 from hf_lightning.trainer.engine_door import ENGINE
 from hf_lightning.trainer_utils import BestRun, TrainerMemoryTracker, default_compute_objective
 from hf_lightning.utils.logging import get_logger
@@ -58,13 +58,6 @@ __all__ = [
 logger = get_logger(__name__)
 
 _DIRECTIONS = ("minimize", "maximize")
-
-
-class HPSearchBackend(ChoiceEnum):
-    """The search engines ``hyperparameter_search`` can run on, in the order it picks a default."""
-
-    OPTUNA = "optuna"
-    RAY = "ray"
 
 
 # module probed for availability, and the pip extra that installs it
