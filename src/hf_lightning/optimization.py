@@ -24,6 +24,7 @@ from hf_lightning.optim import (
     get_scheduler,
     get_wsd_schedule,
 )
+from hf_lightning.optim.greedy import StreamingAverage
 
 __all__ = [
     "Adafactor",
@@ -32,6 +33,7 @@ __all__ = [
     "LayerWiseDummyOptimizer",
     "LayerWiseDummyScheduler",
     "SchedulerType",
+    "StreamingAverage",
     "get_adafactor_schedule",
     "get_constant_schedule",
     "get_constant_schedule_with_warmup",

@@ -270,3 +270,18 @@ def test_scheduler_state_dict_loads_into_transformers_scheduler():
         ours.step(), theirs.step()
     assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), abs=1e-12)
     assert set(state) == set(theirs.state_dict())
+
+
+def test_streaming_average_as_transformers():
+    """``hf_lightning.optimization.StreamingAverage`` (GreedyLR's smoothing) keeps transformers' window and state."""
+    from transformers.optimization import StreamingAverage as Theirs
+
+    from hf_lightning.optimization import StreamingAverage as Ours
+
+    ours, theirs = Ours(3), Theirs(3)
+    values = [4.0, 1.5, -2.0, 8.0, 0.25, 3.0]
+    assert [ours.streamavg(v) for v in values] == [theirs.streamavg(v) for v in values]
+    assert ours.state_dict() == theirs.state_dict()
+    again = Ours(9)
+    again.load_state_dict(theirs.state_dict())
+    assert again.streamavg(1.0) == theirs.streamavg(1.0)
