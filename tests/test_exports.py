@@ -39,3 +39,24 @@ def test_transformers_top_level_names_exist():
         "get_scheduler",
     ):
         assert hasattr(hf_lightning, name), name
+
+
+def test_tokenizer_collators_are_transformers_own(monkeypatch):
+    """``from hf_lightning import DataCollatorForSeq2Seq`` (a script with its imports swapped) gets transformers'
+    class; without transformers the ImportError says what to install."""
+    import sys
+
+    import transformers
+
+    for name in (
+        "DataCollatorForSeq2Seq",
+        "DataCollatorForLanguageModeling",
+        "DataCollatorForTokenClassification",
+    ):
+        assert getattr(hf_lightning, name) is getattr(transformers, name)
+    assert hf_lightning.DataCollatorWithPadding is not transformers.DataCollatorWithPadding  # ours
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(
+        ImportError, match=r"DataCollatorForSeq2Seq is transformers' own.*pip install transformers"
+    ):
+        from hf_lightning import DataCollatorForSeq2Seq  # noqa: F401

@@ -68,6 +68,20 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
+#: transformers' tokenizer-side collators (masking, label padding for seq2seq and tokens, flattening): a script's
+#: ``from hf_lightning import DataCollatorForSeq2Seq`` gets transformers' own class, so its batches are the same
+_TRANSFORMERS_COLLATORS = frozenset(
+    {
+        "DataCollator",
+        "DataCollatorForLanguageModeling",
+        "DataCollatorForMultipleChoice",
+        "DataCollatorForPermutationLanguageModeling",
+        "DataCollatorForSeq2Seq",
+        "DataCollatorForTokenClassification",
+        "DataCollatorWithFlattening",
+    }
+)
+
 
 install_moved_module_aliases()
 _library_logger()  # the `hf_lightning` root logger and its bridge to transformers' verbosity (docs/logging.md)
@@ -75,6 +89,14 @@ _library_logger()  # the `hf_lightning` root logger and its bridge to transforme
 
 def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
+    if name in _TRANSFORMERS_COLLATORS:
+        try:
+            return getattr(importlib.import_module("transformers"), name)
+        except ModuleNotFoundError as error:
+            raise ImportError(
+                f"hf_lightning.{name} is transformers' own collator (it works with a tokenizer): "
+                "pip install transformers"
+            ) from error
     if module_name is None:
         raise AttributeError(f"module 'hf_lightning' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"hf_lightning.{module_name}"), name)
