@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from hf_lightning.args.normalize import AcceleratorConfig
 from hf_lightning.data.shards import DistributedSamplerWithLoop, IterableDatasetShard, ShardSampler
 from hf_lightning.eval_utils import (
     EvalLoopContainer,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AcceleratorConfig",
     "DistributedLengthGroupedSampler",
     "DistributedSamplerWithLoop",
     "EvalLoopContainer",

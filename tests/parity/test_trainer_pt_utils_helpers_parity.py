@@ -150,3 +150,36 @@ def test_eval_loop_container(concat, batches):
         assert a is None and b is None
     else:
         _same(a, b)
+
+
+def test_accelerator_config_is_built_and_passed_as_transformers(tmp_path):
+    """``AcceleratorConfig(**fields)`` / ``from_json_file``: the same keys and defaults as transformers' dataclass,
+    an unknown keyword refused alike, and accepted as ``accelerator_config`` with the same effect."""
+    import json
+
+    import transformers
+
+    import hf_lightning
+
+    for fields in ({}, {"split_batches": True}, {"even_batches": False, "non_blocking": True}):
+        assert ours.AcceleratorConfig(**fields).to_dict() == theirs.AcceleratorConfig(**fields).to_dict()
+    path = tmp_path / "accelerator.json"
+    path.write_text(json.dumps({"split_batches": True, "dispatch_batches": False}))
+    assert (
+        ours.AcceleratorConfig.from_json_file(path).to_dict()
+        == theirs.AcceleratorConfig.from_json_file(path).to_dict()
+    )
+    messages = []
+    for module in (ours, theirs):
+        with pytest.raises(TypeError) as info:
+            module.AcceleratorConfig(bogus=1)
+        messages.append(str(info.value).split(".")[-1])
+    assert messages[0] == messages[1]
+    built = [
+        library.TrainingArguments(
+            str(tmp_path), use_cpu=True, accelerator_config=module.AcceleratorConfig(split_batches=True)
+        ).accelerator_config
+        for library, module in ((hf_lightning, ours), (transformers, theirs))
+    ]
+    assert built[0].split_batches is built[1].split_batches is True
+    assert built[0].to_dict().items() <= built[1].to_dict().items()

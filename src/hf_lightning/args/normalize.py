@@ -31,7 +31,13 @@ from hf_lightning.args.validate import check_types
 from hf_lightning.best_metric import default_greater_is_better
 from hf_lightning.utils.logging import get_logger
 
-__all__ = ["ACCELERATOR_CONFIG_DEFAULTS", "available_integrations", "normalize", "parse_json_dict"]
+__all__ = [
+    "ACCELERATOR_CONFIG_DEFAULTS",
+    "AcceleratorConfig",
+    "available_integrations",
+    "normalize",
+    "parse_json_dict",
+]
 
 logger = get_logger("hf_lightning")
 
@@ -57,7 +63,24 @@ ACCELERATOR_CONFIG_DEFAULTS: dict[str, Any] = {
 
 class AcceleratorConfig(dict):
     """``TrainingArguments.accelerator_config`` after ``__post_init__``: a dict of every key, also read as
-    transformers' ``AcceleratorConfig`` is (``.split_batches``, ``.to_dict()``)."""
+    transformers' ``AcceleratorConfig`` is (``.split_batches``, ``.to_dict()``).
+
+    Built as transformers' dataclass is (``AcceleratorConfig(split_batches=True)``, ``from_json_file(path)``:
+    the other keys at their defaults, an unknown keyword refused), it can be passed as ``accelerator_config``."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        unknown = sorted(set(fields) - {*ACCELERATOR_CONFIG_DEFAULTS, "use_configured_state"})
+        if unknown:
+            raise TypeError(f"AcceleratorConfig.__init__() got an unexpected keyword argument {unknown[0]!r}")
+        if values is None:  # transformers' constructor: every field at its default
+            values = {**ACCELERATOR_CONFIG_DEFAULTS, "use_configured_state": False}
+        super().__init__({**values, **fields})
+
+    @classmethod
+    def from_json_file(cls, json_file: str | os.PathLike[str]) -> AcceleratorConfig:
+        """The configuration of a JSON file (its keys over the defaults)."""
+        with open(json_file, encoding="utf-8") as handle:
+            return cls(**json.load(handle))
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -75,7 +98,8 @@ class AcceleratorConfig(dict):
     def __repr__(self) -> str:
         """As transformers' dataclass shows itself in ``str(args)``: ``use_configured_state`` last, ``False``
         (both consume the value when the arguments are built)."""
-        return repr({**self, "use_configured_state": False})
+        shown = {k: v for k, v in self.items() if k != "use_configured_state"}
+        return repr({**shown, "use_configured_state": self.get("use_configured_state", False)})
 
 
 def normalize(args: Any) -> list[str]:
