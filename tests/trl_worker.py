@@ -152,17 +152,24 @@ def trained(trainer) -> object:
     return trainer
 
 
+def length_reward(completions, **kwargs) -> list[float]:
+    """The reward of the generation scenarios: a completion's number of words."""
+    return [float(len(completion.split())) for completion in completions]
+
+
+def prompt_dataset():
+    """16 prompts of 6 words (the generation scenarios)."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]})
+
+
 def grpo(scenario: str) -> object:
     """GRPOTrainer: generations, a reward, TRL's identity collator and ``set_seed(device_specific=True)``."""
-    from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    def reward(completions, **kwargs):
-        return [float(len(completion.split())) for completion in completions]
-
-    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
     return trained(GRPOTrainer(
-        model=model(), reward_funcs=reward, train_dataset=Dataset.from_dict({"prompt": prompts}),
+        model=model(), reward_funcs=length_reward, train_dataset=prompt_dataset(),
         args=GRPOConfig(num_generations=4, max_completion_length=8, **short_args(scenario, 2)),
         processing_class=tokenizer(),
     ))  # fmt: skip
@@ -252,15 +259,10 @@ def report_error(scenario: str) -> None:
 
 def rloo(scenario: str) -> object:
     """RLOOTrainer: as ``grpo``, without a reference model (``beta=0``: TRL would load one by its hub name)."""
-    from datasets import Dataset
     from trl import RLOOConfig, RLOOTrainer
 
-    def reward(completions, **kwargs):
-        return [float(len(completion.split())) for completion in completions]
-
-    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
     return trained(RLOOTrainer(
-        model=model(), reward_funcs=reward, train_dataset=Dataset.from_dict({"prompt": prompts}),
+        model=model(), reward_funcs=length_reward, train_dataset=prompt_dataset(),
         args=RLOOConfig(beta=0.0, num_generations=4, max_completion_length=8, **short_args(scenario, 2)),
         processing_class=tokenizer(),
     ))  # fmt: skip
@@ -268,12 +270,10 @@ def rloo(scenario: str) -> object:
 
 def distill(scenario: str) -> object:
     """DistillationTrainer: the student generates, a teacher of other weights scores the completions."""
-    from datasets import Dataset
     from trl import DistillationConfig, DistillationTrainer
 
-    prompts = [" ".join(line.split()[:6]) for line in text_dataset(16)["text"]]
     return trained(DistillationTrainer(
-        model=model(), teacher_model=model(seed=1), train_dataset=Dataset.from_dict({"prompt": prompts}),
+        model=model(), teacher_model=model(seed=1), train_dataset=prompt_dataset(),
         args=DistillationConfig(max_completion_length=8, **short_args(scenario, 2)),
         processing_class=tokenizer(),
     ))  # fmt: skip

@@ -28,9 +28,8 @@ def _round_slots(batch_size: int, process_index: int) -> range:
     return range(process_index * batch_size, (process_index + 1) * batch_size)
 
 
-class ShardSampler(Sampler[int]):
-    """Indices ``0..len(dataset)-1`` in order, in rounds of ``batch_size × num_processes``: this process takes
-    its ``batch_size`` slice of each round. Every process gets as many samples, a multiple of ``batch_size``."""
+class _Shard:
+    """What both shards are told: the data, the per-process batch, the processes and this one's index."""
 
     def __init__(
         self,
@@ -45,6 +44,21 @@ class ShardSampler(Sampler[int]):
         self.drop_last = drop_last
         self.num_processes = num_processes
         self.process_index = process_index
+
+
+class ShardSampler(_Shard, Sampler[int]):
+    """Indices ``0..len(dataset)-1`` in order, in rounds of ``batch_size × num_processes``: this process takes
+    its ``batch_size`` slice of each round. Every process gets as many samples, a multiple of ``batch_size``."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        num_processes: int = 1,
+        process_index: int = 0,
+    ) -> None:
+        super().__init__(dataset, batch_size, drop_last, num_processes, process_index)
         self.total_batch_size = batch_size * num_processes
         rounds = len(dataset) / self.total_batch_size
         self.total_num_samples = (
@@ -61,7 +75,7 @@ class ShardSampler(Sampler[int]):
         return self.total_num_samples // self.num_processes
 
 
-class IterableDatasetShard(IterableDataset):
+class IterableDatasetShard(_Shard, IterableDataset):
     """One process's share of a stream: of every ``batch_size × num_processes`` consecutive samples, the
     ``batch_size`` at its place. An incomplete last round is dropped (``drop_last``) or completed with the
     stream's first samples. ``num_examples`` counts what the stream yielded in the last pass."""
@@ -75,11 +89,7 @@ class IterableDatasetShard(IterableDataset):
         process_index: int = 0,
         seed: int = 0,
     ) -> None:
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.drop_last = drop_last
-        self.num_processes = num_processes
-        self.process_index = process_index
+        super().__init__(dataset, batch_size, drop_last, num_processes, process_index)
         self.seed = seed
         self.epoch = 0
         self.num_examples = 0
