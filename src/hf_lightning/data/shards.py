@@ -50,20 +50,16 @@ class ShardSampler(_Shard, Sampler[int]):
     """Indices ``0..len(dataset)-1`` in order, in rounds of ``batch_size × num_processes``: this process takes
     its ``batch_size`` slice of each round. Every process gets as many samples, a multiple of ``batch_size``."""
 
-    def __init__(
-        self,
-        dataset: Any,
-        batch_size: int = 1,
-        drop_last: bool = False,
-        num_processes: int = 1,
-        process_index: int = 0,
-    ) -> None:
-        super().__init__(dataset, batch_size, drop_last, num_processes, process_index)
-        self.total_batch_size = batch_size * num_processes
-        rounds = len(dataset) / self.total_batch_size
-        self.total_num_samples = (
-            math.floor(rounds) if drop_last else math.ceil(rounds)
-        ) * self.total_batch_size
+    @property
+    def total_batch_size(self) -> int:
+        """Samples in one round: ``batch_size × num_processes``."""
+        return self.batch_size * self.num_processes
+
+    @property
+    def total_num_samples(self) -> int:
+        """Samples dealt out in all: whole rounds (the last one dropped with ``drop_last``, else completed)."""
+        rounds = len(self.dataset) / self.total_batch_size
+        return (math.floor(rounds) if self.drop_last else math.ceil(rounds)) * self.total_batch_size
 
     def __iter__(self) -> Iterator[int]:
         size = len(self.dataset)
