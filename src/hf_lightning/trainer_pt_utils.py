@@ -14,8 +14,9 @@ the Trainer): they are ``Trainer`` methods here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +64,7 @@ __all__ = [
     "nested_numpify",
     "nested_truncate",
     "numpy_pad_and_concatenate",
+    "torch_distributed_zero_first",
     "torch_pad_and_concatenate",
 ]
 
@@ -86,6 +88,17 @@ def torch_pad_and_concatenate(tensor1: Any, tensor2: Any, padding_index: int = -
 def numpy_pad_and_concatenate(array1: Any, array2: Any, padding_index: int = -100) -> Any:
     """Two arrays (scalars as 1-element) end to end along the first axis, the shorter second axis padded."""
     return pad_and_concatenate(np.asarray(array1), np.asarray(array2), padding_index)
+
+
+@contextlib.contextmanager
+def torch_distributed_zero_first(local_rank: int) -> Iterator[None]:
+    """A block the main process of each node runs first: the others wait at a barrier until it is done
+    (``local_rank`` -1: not distributed, no barrier)."""
+    if local_rank not in (-1, 0):
+        torch.distributed.barrier()
+    yield
+    if local_rank == 0:
+        torch.distributed.barrier()
 
 
 def __getattr__(name: str) -> Any:

@@ -183,3 +183,28 @@ def test_accelerator_config_is_built_and_passed_as_transformers(tmp_path):
     ]
     assert built[0].split_batches is built[1].split_batches is True
     assert built[0].to_dict().items() <= built[1].to_dict().items()
+
+
+@pytest.mark.parametrize("local_rank", [-1, 0, 1, 3])
+def test_torch_distributed_zero_first_waits_where_transformers_waits(monkeypatch, local_rank):
+    """The block runs first on local rank 0: the others wait at a barrier before it, rank 0 after it."""
+    events: list[str] = []
+    monkeypatch.setattr(torch.distributed, "barrier", lambda *a, **k: events.append("barrier"))
+    orders = []
+    for module in (theirs, ours):
+        events.clear()
+        with module.torch_distributed_zero_first(local_rank):
+            events.append("block")
+        orders.append(list(events))
+    assert orders[1] == orders[0]
+
+
+def test_the_schedules_and_zero_first_import_from_the_top_level():
+    """transformers' top-level names of ``optimization`` and ``trainer_pt_utils`` import from ``hf_lightning``."""
+    import transformers
+
+    import hf_lightning
+
+    for module in ("optimization", "trainer_pt_utils"):
+        for name in transformers._import_structure[module]:
+            assert getattr(hf_lightning, name) is not None, name
