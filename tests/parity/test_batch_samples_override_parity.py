@@ -43,7 +43,7 @@ def _doubled_count(library, calls):
     return DoubledCount
 
 
-def _run(library, tmp_path, subclass):
+def _run(library, tmp_path, subclass, n: int = 14):
     calls: list[tuple[int, int, str]] = []
     args = library.TrainingArguments(
         output_dir=str(tmp_path / library.__name__),
@@ -55,12 +55,15 @@ def _run(library, tmp_path, subclass):
         learning_rate=1e-3,
     )
     cls = subclass(library, calls)
-    trainer = cls(model=tiny_llama(), args=args, train_dataset=causal_lm_data(n=14, vocab=128))
+    trainer = cls(model=tiny_llama(), args=args, train_dataset=causal_lm_data(n=n, vocab=128))
     trainer.train()
     return trainer, calls
 
 
-@pytest.mark.parametrize("subclass", [_completion_only, _doubled_count], ids=["get_batch_samples", "count"])
+_SUBCLASSES = (_completion_only, _doubled_count)
+
+
+@pytest.mark.parametrize("subclass", _SUBCLASSES, ids=["get_batch_samples", "count"])
 def test_an_overridden_batch_sampling_trains_as_in_transformers(tmp_path, subclass):
     hf, hf_calls = _run(transformers, tmp_path, subclass)
     ours, our_calls = _run(hf_lightning, tmp_path, subclass)
@@ -82,3 +85,42 @@ def test_an_override_that_returns_no_micro_batch_is_refused_by_name(tmp_path):
     trainer = Empty(model=tiny_llama(), args=args, train_dataset=causal_lm_data(n=4, vocab=128))
     with pytest.raises(ValueError, match=r"Empty\.get_batch_samples returned no micro-batch"):
         trainer.train()
+
+
+@pytest.mark.slow
+@pytest.mark.ddp
+def test_overridden_batch_sampling_on_two_processes_as_transformers(tmp_path):
+    """On 2 processes (gloo) the overrides' counts are summed over the ranks (``average_tokens_across_devices``)
+    as transformers sums them: the same logs on both ranks' run."""
+    import json
+
+    from tests._ddp import run_ranks
+
+    for library in ("transformers", "hf_lightning"):
+        run_ranks(__file__, [library, str(tmp_path)], world=2, timeout=600)
+    theirs, ours = (
+        json.loads((tmp_path / f"{name}.json").read_text()) for name in ("transformers", "hf_lightning")
+    )
+    assert ours["calls"] == theirs["calls"] and ours["calls"]
+    for a, b in zip(theirs["logs"], ours["logs"], strict=True):
+        assert b == pytest.approx(a, rel=1e-5)
+
+
+if __name__ == "__main__":  # one rank of the two-process test: python this_file LIBRARY FOLDER
+    import json
+    import os
+    import sys
+    from pathlib import Path
+
+    library = transformers if sys.argv[1] == "transformers" else hf_lightning
+    out = Path(sys.argv[2])
+    runs = [_run(library, out / f"{sys.argv[1]}-{i}", make, n=28) for i, make in enumerate(_SUBCLASSES)]
+    if int(os.environ.get("RANK", "0")) == 0:
+        logs = [
+            [h["loss"], h["grad_norm"]]
+            for trainer, _ in runs
+            for h in trainer.state.log_history
+            if "loss" in h
+        ]
+        calls = [list(call) for _, made in runs for call in made]
+        (out / f"{sys.argv[1]}.json").write_text(json.dumps({"logs": logs, "calls": calls}))

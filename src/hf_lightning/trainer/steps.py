@@ -162,8 +162,8 @@ class BatchSteps:
         t = self.trainer
         processes = t.accelerator.num_processes
         reduce_sum = (lambda count: t.accelerator.reduce(count, "sum")) if processes > 1 else None
-        count = self.loss_settings().step_items(t.model, batch_samples, reduce_sum)
-        return count if count is None or device is None else count.to(device)
+        # on ``device`` before the processes sum it (a CPU count cannot be all-reduced over NCCL), as transformers
+        return self.loss_settings().step_items(t.model, batch_samples, reduce_sum, device=device)
 
 
 def to_device(data: Any, device: torch.device, *, non_blocking: bool = False) -> Any:
