@@ -79,6 +79,8 @@ class TrainLoopDriver:
         self.micro_batch = 0
         """The index of the running micro-batch in its accumulation window."""
         self.training_step = trainer.run.train_micro_batch
+        """One micro-batch, called by ``HFModule.training_step``: straight into the run object (the overridable
+        ``Trainer.training_step``, then the loss, FLOPs and tokens added), the engine's one call into the facade."""
         self.own_learning_rate = _overridden(trainer, "_get_learning_rate")
         """Whether a subclass (or the instance) replaced ``Trainer._get_learning_rate``: then it gives the rate
         logged at each step, as in transformers."""
@@ -88,8 +90,6 @@ class TrainLoopDriver:
         )
         """Whether a subclass gives each window's micro-batches and item count (transformers' loop asks them of
         ``get_batch_samples``, which counts with ``_get_num_items_in_batch``)."""
-        """One micro-batch, called by ``HFModule.training_step``: straight into the run object (the overridable
-        ``Trainer.training_step``, then the loss, FLOPs and tokens added), the engine's one call into the facade."""
 
     @property
     def trial(self) -> Any:
