@@ -81,10 +81,6 @@ _REEXPORTS = {
         "hf_lightning.args.enums",
     ),
     "RemoveColumnsCollator": "hf_lightning.data",
-    **dict.fromkeys(
-        ("HPSearchBackend", "default_hp_space_optuna", "default_hp_space_ray"),
-        "hf_lightning.trainer.hpsearch",
-    ),
     **dict.fromkeys(("rotate_checkpoints", "sort_checkpoints"), "hf_lightning.checkpoint.sorting"),
 }
 
