@@ -53,10 +53,7 @@ PACKAGE_OPTIMIZERS = tuple(EXTRA_OPTIMIZERS)
 """transformers 5.24 ``OptimizerNames`` values that need a package (or device) beyond torch: each is
 built when its package is installed, and raises ``ImportError`` naming the extra when it is not."""
 
-_DECAY_EXCLUDED_NAMES = tuple(
-    re.compile(pattern)
-    for pattern in (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
-)
+_DECAY_EXCLUDED_NAMES = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
 
 # optim_args keys that each torch optimizer reads, and how to convert their string values
 _OPTIM_ARGS_FLOATS = {
@@ -174,19 +171,6 @@ def get_optimizer_cls_and_kwargs(
     return torch.optim.AdamW, kwargs
 
 
-def _parameter_names(
-    module: nn.Module, prefix: str = "", in_layer_norm: bool = False
-) -> list[tuple[str, bool]]:
-    """Every registered parameter name (children first, as transformers lists them), flagged when it
-    sits inside an ``nn.LayerNorm``. Tied parameters appear under each name."""
-    found: list[tuple[str, bool]] = []
-    for child_name, child in module.named_children():
-        inside = in_layer_norm or isinstance(child, nn.LayerNorm)
-        found += _parameter_names(child, f"{prefix}{child_name}.", inside)
-    found += [(f"{prefix}{name}", in_layer_norm) for name in module._parameters]
-    return found
-
-
 def get_parameter_names(
     model: nn.Module, forbidden_layer_types: Any, forbidden_layer_names: Any = None
 ) -> list[str]:
@@ -217,11 +201,7 @@ def get_decay_parameter_names(model: nn.Module) -> list[str]:
     only through their names, exactly as in transformers, so that the two groups, and therefore
     ``optimizer.pt``, line up with checkpoints transformers writes.
     """
-    return [
-        name
-        for name, in_layer_norm in _parameter_names(model)
-        if not in_layer_norm and not any(pattern.search(name.lower()) for pattern in _DECAY_EXCLUDED_NAMES)
-    ]
+    return get_parameter_names(model, [nn.LayerNorm], _DECAY_EXCLUDED_NAMES)
 
 
 def _is_optimizer_class(candidate: Any) -> bool:
